@@ -1,0 +1,38 @@
+"""Fencing: the only code that writes to ZooKeeper.
+
+Every cluster-state write is one multi-op that begins with a check of the leader's own
+lock node, so a deposed, paused or partitioned replica can never write. Also holds the
+take-office multi-op and the membership API for a process's own ephemeral nodes.
+"""
+
+from fencing.errors import (
+    FencingError,
+    MembershipError,
+    NotLeaderError,
+    VersionConflictError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+)
+from fencing.membership import Membership, ensure_folders
+from fencing.ops import Check, Create, Delete, Op, SetData
+from fencing.token import LeadershipToken
+from fencing.writer import FencedWriter, stamp_epoch
+
+__all__ = [
+    "Check",
+    "Create",
+    "Delete",
+    "FencedWriter",
+    "FencingError",
+    "LeadershipToken",
+    "Membership",
+    "MembershipError",
+    "NotLeaderError",
+    "Op",
+    "SetData",
+    "VersionConflictError",
+    "WriteConflictError",
+    "WriteOutcomeUnknown",
+    "ensure_folders",
+    "stamp_epoch",
+]

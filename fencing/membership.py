@@ -1,0 +1,113 @@
+"""A process's writes to its own nodes: ephemeral membership and structural folders.
+
+Not cluster state, so not behind the leader's lock node: every replica (leader or not)
+registers itself under ``/nimbuses`` and ``/code-distributor``, and supervisors and
+workers under their own paths. The API only touches paths whose last component is the
+caller's own id, so it cannot be used to write someone else's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kazoo.client import KazooClient
+
+from fencing import txn
+from fencing.errors import MembershipError, WriteConflictError
+from fencing.ops import Create, Delete, SetData
+
+
+def ensure_folders(client: KazooClient, paths: Iterable[str]) -> None:
+    """Create empty persistent folders (idempotent, safe to repeat on any session)."""
+    for path in paths:
+        client.ensure_path(path)
+
+
+class Membership:
+    """Ephemeral nodes owned by one process identity (``owner``, e.g. ``host:port``)."""
+
+    def __init__(self, client: KazooClient, owner: str, *, timeout: float) -> None:
+        if not owner or "/" in owner:
+            raise ValueError(f"owner id must be a non-empty name without '/', got {owner!r}")
+        self._client = client
+        self.owner = owner
+        self._timeout = timeout
+
+    def owns(self, path: str) -> bool:
+        return path.rstrip("/").rsplit("/", 1)[-1] == self.owner
+
+    def register(self, path: str, data: bytes) -> None:
+        """Create or take over the caller's own ephemeral node at ``path``.
+
+        A node left by this identity's earlier session (a kill -9 and quick restart,
+        the old session not yet expired) is replaced in one multi-op, as Kafka's
+        ``checkedEphemeralCreate`` does, instead of failing with NodeExists.
+        """
+        self._require_own(path)
+        parent = path.rsplit("/", 1)[0]
+        if parent:
+            self._client.ensure_path(parent)
+        for _ in range(8):
+            try:
+                self._commit([Create(path, data, ephemeral=True)])
+                return
+            except WriteConflictError as e:
+                if e.reason != "exists":
+                    raise
+            stat = self._client.exists(path)
+            if stat is None:
+                continue  # the old node just expired; create again
+            if stat.ephemeralOwner == self._session_id():
+                try:
+                    self._commit([SetData(path, data, stat.version)])
+                    return
+                except WriteConflictError:
+                    continue
+            try:
+                self._commit([Delete(path, stat.version), Create(path, data, ephemeral=True)])
+                return
+            except WriteConflictError:
+                continue
+        raise MembershipError(f"could not register {path}: it keeps changing under us")
+
+    def update(self, path: str, data: bytes) -> None:
+        """Replace the data of the caller's own node, registering it again if it is gone."""
+        self._require_own(path)
+        stat = self._client.exists(path)
+        if stat is None or stat.ephemeralOwner != self._session_id():
+            self.register(path, data)
+            return
+        try:
+            self._commit([SetData(path, data, stat.version)])
+        except WriteConflictError:
+            self.register(path, data)
+
+    def unregister(self, path: str) -> bool:
+        """Delete the caller's own node if this session holds it; True when deleted."""
+        self._require_own(path)
+        stat = self._client.exists(path)
+        if stat is None or stat.ephemeralOwner != self._session_id():
+            return False
+        try:
+            self._commit([Delete(path, stat.version)])
+        except WriteConflictError:
+            return False
+        return True
+
+    def _commit(self, ops: list[Create | SetData | Delete]) -> None:
+        results = txn.commit(self._client, ops, timeout=self._timeout)
+        failure = txn.first_failure(results)
+        if failure is not None:
+            index, error = failure
+            raise txn.conflict_for(ops[index], error) from error
+
+    def _session_id(self) -> int:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else -1
+
+    def _require_own(self, path: str) -> None:
+        if not self.owns(path):
+            raise MembershipError(f"{self.owner} may not write {path}: not its own node")
+
+
+__all__ = ["Membership", "ensure_folders"]

@@ -1,0 +1,116 @@
+"""Taking office: the one multi-op that turns a lock winner into the leader of a new epoch.
+
+``check(own lock node)`` + ``set /leader-epoch (n+1, expected version)`` (or create it)
++ ``create /epochs/<n+1>``, all or nothing. The epoch is the fencing token shown to
+clients and stamped into every record the leader writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from fencing import txn
+from fencing.errors import NotLeaderError, WriteConflictError
+from fencing.ops import Check, Create, Delete, Op, SetData
+from fencing.writer import FencedWriter
+from nimbus.api import records
+
+TAKE_OFFICE_ATTEMPTS = 5
+
+
+def leader_epoch_path(root: str) -> str:
+    return f"{root}/leader-epoch"
+
+
+def epochs_path(root: str) -> str:
+    return f"{root}/epochs"
+
+
+def read_leader_epoch(client: KazooClient, root: str) -> tuple[records.LeaderEpoch | None, int]:
+    """The current ``LeaderEpoch`` record and its znode version (None, -1 when absent).
+
+    A record that does not parse is returned as None with its real version, so a
+    damaged node never blocks an election: the next holder overwrites it.
+    """
+    try:
+        data, stat = client.get(leader_epoch_path(root))
+    except NoNodeError:
+        return None, -1
+    try:
+        return records.LeaderEpoch.FromString(data), int(stat.version)
+    except DecodeError:
+        return None, int(stat.version)
+
+
+def highest_recorded_epoch(client: KazooClient, root: str) -> int:
+    try:
+        children = client.get_children(epochs_path(root))
+    except NoNodeError:
+        return 0
+    return max((int(c) for c in children if c.isdigit()), default=0)
+
+
+def take_office(
+    client: KazooClient,
+    root: str,
+    *,
+    lock_node: str,
+    holder: str,
+    now_ms: Callable[[], int],
+    timeout: float,
+) -> int:
+    """Become leader of a new epoch; returns the epoch number.
+
+    Raises ``NotLeaderError`` when the lock node is gone (nothing written). The epoch
+    is one above both ``/leader-epoch`` and the highest ``/epochs`` entry, so it only
+    ever grows even if the record was damaged.
+    """
+    last_error: WriteConflictError | None = None
+    for _ in range(TAKE_OFFICE_ATTEMPTS):
+        current, version = read_leader_epoch(client, root)
+        previous = max(current.epoch if current else 0, highest_recorded_epoch(client, root))
+        epoch = previous + 1
+        started = now_ms()
+        record = records.LeaderEpoch(
+            epoch=epoch, holder=holder, lock_node=lock_node, since_ms=started
+        ).SerializeToString(deterministic=True)
+        history = records.EpochRecord(
+            epoch=epoch, holder=holder, lock_node=lock_node, started_ms=started
+        ).SerializeToString(deterministic=True)
+        write: Op = (
+            SetData(leader_epoch_path(root), record, version)
+            if version >= 0
+            else Create(leader_epoch_path(root), record)
+        )
+        ops: list[Op] = [Check(lock_node, -1), write, Create(f"{epochs_path(root)}/{epoch}", history)]
+        results = txn.commit(client, ops, timeout=timeout)
+        failure = txn.first_failure(results)
+        if failure is None:
+            return epoch
+        index, error = failure
+        if index == 0:
+            raise NotLeaderError(
+                f"cannot take office: own lock node {lock_node} is gone"
+            ) from error
+        last_error = txn.conflict_for(ops[index], error)
+        last_error.__cause__ = error
+    assert last_error is not None
+    raise last_error
+
+
+def prune_epochs(writer: FencedWriter, client: KazooClient, root: str, *, keep: int) -> int:
+    """Delete all but the newest ``keep`` entries of ``/epochs`` (fenced); returns count."""
+    try:
+        children = client.get_children(epochs_path(root))
+    except NoNodeError:
+        return 0
+    numbers = sorted(int(c) for c in children if c.isdigit())
+    stale = numbers[:-keep] if keep > 0 else numbers
+    if not stale:
+        return 0
+    writer.batch([Delete(f"{epochs_path(root)}/{n}") for n in stale])
+    return len(stale)

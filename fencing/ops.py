@@ -1,0 +1,35 @@
+"""Write operations as plain values, so one code path turns any batch into a multi-op."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@dataclass(frozen=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1  # -1: any version; otherwise a compare-and-set
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Check:
+    path: str
+    version: int = -1
+
+
+Op = Create | SetData | Delete | Check

@@ -1,0 +1,205 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NimbusRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[NimbusRole]
+    FOLLOWER: _ClassVar[NimbusRole]
+    LEADER: _ClassVar[NimbusRole]
+
+class TopologyStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATUS_UNSPECIFIED: _ClassVar[TopologyStatus]
+    ACTIVE: _ClassVar[TopologyStatus]
+    INACTIVE: _ClassVar[TopologyStatus]
+    KILLED: _ClassVar[TopologyStatus]
+    REBALANCING: _ClassVar[TopologyStatus]
+    CODE_MISSING: _ClassVar[TopologyStatus]
+ROLE_UNSPECIFIED: NimbusRole
+FOLLOWER: NimbusRole
+LEADER: NimbusRole
+STATUS_UNSPECIFIED: TopologyStatus
+ACTIVE: TopologyStatus
+INACTIVE: TopologyStatus
+KILLED: TopologyStatus
+REBALANCING: TopologyStatus
+CODE_MISSING: TopologyStatus
+
+class LeaderEpoch(_message.Message):
+    __slots__ = ("epoch", "holder", "lock_node", "since_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LOCK_NODE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    holder: str
+    lock_node: str
+    since_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., holder: _Optional[str] = ..., lock_node: _Optional[str] = ..., since_ms: _Optional[int] = ...) -> None: ...
+
+class EpochRecord(_message.Message):
+    __slots__ = ("epoch", "holder", "lock_node", "started_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LOCK_NODE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    holder: str
+    lock_node: str
+    started_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., holder: _Optional[str] = ..., lock_node: _Optional[str] = ..., started_ms: _Optional[int] = ...) -> None: ...
+
+class NimbusSummary(_message.Message):
+    __slots__ = ("address", "role", "epoch", "version", "start_time_ms", "code_sync_lag", "is_leader")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    CODE_SYNC_LAG_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    role: NimbusRole
+    epoch: int
+    version: str
+    start_time_ms: int
+    code_sync_lag: int
+    is_leader: bool
+    def __init__(self, address: _Optional[str] = ..., role: _Optional[_Union[NimbusRole, str]] = ..., epoch: _Optional[int] = ..., version: _Optional[str] = ..., start_time_ms: _Optional[int] = ..., code_sync_lag: _Optional[int] = ..., is_leader: _Optional[bool] = ...) -> None: ...
+
+class StormBase(_message.Message):
+    __slots__ = ("name", "status", "owner", "epoch", "digest", "launch_time_ms", "num_workers", "component_parallelism", "config_json", "package_size", "client_request_id", "kill_wait_s")
+    class ComponentParallelismEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    KILL_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    status: TopologyStatus
+    owner: str
+    epoch: int
+    digest: str
+    launch_time_ms: int
+    num_workers: int
+    component_parallelism: _containers.ScalarMap[str, int]
+    config_json: str
+    package_size: int
+    client_request_id: str
+    kill_wait_s: int
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[TopologyStatus, str]] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., digest: _Optional[str] = ..., launch_time_ms: _Optional[int] = ..., num_workers: _Optional[int] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., package_size: _Optional[int] = ..., client_request_id: _Optional[str] = ..., kill_wait_s: _Optional[int] = ...) -> None: ...
+
+class SlotAssignment(_message.Message):
+    __slots__ = ("slot", "supervisor_id", "host", "port")
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    slot: int
+    supervisor_id: str
+    host: str
+    port: int
+    def __init__(self, slot: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("topology_id", "epoch", "slots", "digest", "assigned_ms")
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_MS_FIELD_NUMBER: _ClassVar[int]
+    topology_id: str
+    epoch: int
+    slots: _containers.RepeatedCompositeFieldContainer[SlotAssignment]
+    digest: str
+    assigned_ms: int
+    def __init__(self, topology_id: _Optional[str] = ..., epoch: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[SlotAssignment, _Mapping]]] = ..., digest: _Optional[str] = ..., assigned_ms: _Optional[int] = ...) -> None: ...
+
+class SupervisorInfo(_message.Message):
+    __slots__ = ("supervisor_id", "host", "slots_total", "slots_used", "start_time_ms", "version", "heartbeat_ms")
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_USED_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    supervisor_id: str
+    host: str
+    slots_total: int
+    slots_used: int
+    start_time_ms: int
+    version: str
+    heartbeat_ms: int
+    def __init__(self, supervisor_id: _Optional[str] = ..., host: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., version: _Optional[str] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class WorkerHeartbeat(_message.Message):
+    __slots__ = ("topology_id", "supervisor_id", "slot", "time_ms", "batches_committed", "rows_processed", "last_batch_id", "status")
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    LAST_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    topology_id: str
+    supervisor_id: str
+    slot: int
+    time_ms: int
+    batches_committed: int
+    rows_processed: int
+    last_batch_id: int
+    status: str
+    def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+
+class ErrorInfo(_message.Message):
+    __slots__ = ("component", "message", "time_ms", "host", "epoch")
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    message: str
+    time_ms: int
+    host: str
+    epoch: int
+    def __init__(self, component: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ..., host: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class RequestOutcome(_message.Message):
+    __slots__ = ("request_id", "method", "grpc_code", "message", "topology_id", "epoch", "time_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    method: str
+    grpc_code: int
+    message: str
+    topology_id: str
+    epoch: int
+    time_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., method: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., topology_id: _Optional[str] = ..., epoch: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,27 @@
+"""The ``nimbus`` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from nimbus import cmd_zookeeper
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nimbus", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd_zookeeper.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The one place that makes KazooClients, gRPC servers and gRPC channels.
+
+Authentication, ACLs and TLS arrive later in exactly these functions, so every
+connection in the project picks them up at once.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Any
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+# Bounds on gRPC messages: packages travel in ~1 MiB chunks, so 8 MiB is generous.
+MAX_GRPC_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+def make_kazoo_client(
+    hosts: str,
+    *,
+    session_timeout: float,
+    read_only: bool = False,
+) -> KazooClient:
+    """A KazooClient that reconnects forever but never re-sends a command.
+
+    ``connection_retry`` only governs (re)connecting, which is safe to repeat.
+    ``command_retry`` is left out: kazoo's default retry would re-send a write on a
+    new session after expiry, the exact thing fencing forbids. Callers that need a
+    retried *read* wrap it themselves.
+    """
+    connection_retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2)
+    return KazooClient(
+        hosts=hosts,
+        timeout=session_timeout,
+        connection_retry=connection_retry,
+        read_only=read_only,
+    )
+
+
+def _channel_options() -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ]
+
+
+def make_grpc_server(listen: str, *, max_workers: int = 16) -> tuple[grpc.Server, int]:
+    """A gRPC server bound to ``listen`` (``host:port``, port 0 picks a free one).
+
+    Returns the server (not yet started) and the port actually bound.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        options=_channel_options(),
+    )
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"could not bind gRPC server to {listen}")
+    return server, port
+
+
+def make_channel(target: str) -> grpc.Channel:
+    """A gRPC channel to one replica (``host:port``)."""
+    return grpc.insecure_channel(target, options=_channel_options())
