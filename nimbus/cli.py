@@ -6,12 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nimbus import cmd_zookeeper
+from nimbus import cmd_leader, cmd_serve, cmd_zookeeper
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    cmd_serve.register(sub)
+    cmd_leader.register(sub)
     cmd_zookeeper.register(sub)
     return parser
 

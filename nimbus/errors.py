@@ -19,3 +19,7 @@ class ZooKeeperStartError(NimbusError):
 
 class ZooKeeperUnavailableError(NimbusError):
     """ZooKeeper could not be reached within the allowed time."""
+
+
+class ZooKeeperNotFoundError(ZooKeeperStartError):
+    """No ZooKeeper jars on this machine (pyspark, ``ZOOKEEPER_HOME`` or Debian's package)."""

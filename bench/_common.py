@@ -1,0 +1,191 @@
+"""Shared helpers for the benchmarks: percentiles, a plain-text table, machine facts.
+
+bench/ is not a package: each benchmark is a script run from the repo root
+(``python bench/<name>.py``), which finds this module as ``_common`` next to it, and puts
+the repo root first on ``sys.path`` so that ``bench/fencing.py`` cannot shadow ``fencing``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+NS_PER_MS = 1_000_000
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) by linear interpolation between closest ranks.
+
+    The same definition as numpy's default (``method="linear"``), so figures compare.
+    """
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    ordered = sorted(samples)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = math.ceil(rank)
+    if low == high:
+        return float(ordered[low])
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (rank - low))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Latency figures of one series, in milliseconds."""
+
+    count: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+
+
+def summarize_ns(samples_ns: Sequence[int]) -> Summary:
+    """Summarize latencies measured in nanoseconds (``time.perf_counter_ns``) as ms."""
+    if not samples_ns:
+        raise ValueError("summary of no samples")
+    ms = [s / NS_PER_MS for s in samples_ns]
+    return Summary(
+        count=len(ms),
+        p50_ms=percentile(ms, 50),
+        p90_ms=percentile(ms, 90),
+        p99_ms=percentile(ms, 99),
+        mean_ms=sum(ms) / len(ms),
+        min_ms=min(ms),
+        max_ms=max(ms),
+    )
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None
+) -> str:
+    """A plain-text table. ``align`` has one letter per column, ``l`` or ``r``; by default
+    the first column is left-aligned and the others right-aligned.
+
+    Floats are shown with three decimals; everything else with ``str``.
+    """
+    if align is None:
+        align = "l" + "r" * (len(headers) - 1)
+    if len(align) != len(headers) or set(align) - {"l", "r"}:
+        raise ValueError(f"align needs one of 'l'/'r' per column, got {align!r}")
+
+    def cell(value: object) -> str:
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    text = [[cell(v) for v in row] for row in rows]
+    for row in text:
+        if len(row) != len(headers):
+            raise ValueError(f"row has {len(row)} cells, table has {len(headers)} columns")
+    widths = [max([len(h), *(len(r[i]) for r in text)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i])
+            for i, c in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(list(headers)), rule, *(line(r) for r in text)])
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None
+) -> None:
+    print(format_table(headers, rows, align))
+
+
+# -- machine facts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    cpu_model: str
+    cores: int | None  # logical CPUs usable by this process
+    memory_gib: float | None
+    python: str
+    java: str
+    kernel: str
+
+    def line(self) -> str:
+        """One short line for the top or bottom of a benchmark's output."""
+        cores = f"{self.cores} cores" if self.cores is not None else "? cores"
+        memory = f"{self.memory_gib:.1f} GiB" if self.memory_gib is not None else "? GiB"
+        return (
+            f"machine: {self.cpu_model}, {cores}, {memory}; python {self.python}; "
+            f"java {self.java}; kernel {self.kernel}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        facts = asdict(self)
+        if self.memory_gib is not None:
+            facts["memory_gib"] = round(self.memory_gib, 1)
+        return facts
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for raw in f:
+                key, _, value = raw.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware", "cpu model"):
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for raw in f:
+                if raw.startswith("MemTotal:"):
+                    return int(raw.split()[1]) / (1024 * 1024)  # kB -> GiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def java_version(java: str = "java") -> str:
+    """``java -version``'s version string (it prints to stderr), or ``"none"``."""
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    output = done.stderr or done.stdout
+    match = re.search(r'version "([^"]+)"', output)
+    if match:
+        return match.group(1)
+    first = output.strip().splitlines()
+    return first[0] if first else "unknown"
+
+
+def machine_facts() -> MachineFacts:
+    return MachineFacts(
+        cpu_model=cpu_model(),
+        cores=usable_cores(),
+        memory_gib=memory_gib(),
+        python=platform.python_version() + (" (debug)" if hasattr(sys, "gettotalrefcount") else ""),
+        java=java_version(),
+        kernel=platform.release(),
+    )

@@ -1,0 +1,332 @@
+"""The elector: queue on the lock, pass the code gate, take office, serve under a token.
+
+One thread runs the cycle. Each step records a reason in words (``history``), which is
+what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
+
+1. wait for a connection, then for the code gate (never queue without all code);
+2. queue on kazoo's lock recipe at ``<root>/leader-lock`` (node data: our address);
+3. on winning, run the gate again, reading ``/storms`` now; lacking code: leave, wait;
+4. take office (one fenced multi-op) for a new epoch, then serve under a token;
+5. the token is cancelled on SUSPENDED, LOST, own lock node deleted, a fenced write
+   refused, or shutdown. Reconnected on the same session with the lock node still
+   there: gate again and resume with a new token and the same epoch. Otherwise queue
+   again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import CancelledError, KazooException, NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.recipe.lock import Lock
+
+from fencing import FencedWriter, LeadershipToken, NotLeaderError, WriteOutcomeUnknown
+from fencing.office import prune_epochs, read_leader_epoch, take_office
+from leader.lease import Heartbeat, Lease
+from leader.paths import Paths
+
+log = logging.getLogger(__name__)
+
+CodeGate = Callable[[], bool]
+Elected = Callable[[int, LeadershipToken, FencedWriter], None]
+Deposed = Callable[[str], None]
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class ElectorSettings:
+    root: str
+    replica_id: str
+    session_timeout: float
+    gate_poll_interval: float = 0.5
+    epochs_kept: int = 50
+
+
+class Elector:
+    """Leadership of one replica. Thread-safe queries: ``is_leader``, ``epoch``, ``token``."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        settings: ElectorSettings,
+        *,
+        has_all_code: CodeGate,
+        on_elected: Elected | None = None,
+        on_deposed: Deposed | None = None,
+        leader_hint: Callable[[], str | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._client = client
+        self._s = settings
+        self._paths = Paths(settings.root)
+        self._gate = has_all_code
+        self._on_elected = on_elected
+        self._on_deposed = on_deposed
+        self._leader_hint = leader_hint
+        self._wall_ms = wall_ms
+        self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
+        self._heartbeat = Heartbeat(
+            client, self.lease, path=settings.root, interval=settings.session_timeout / 6, clock=clock
+        )
+        self._stopping = threading.Event()
+        self._wake = threading.Event()  # code may have arrived, or stop
+        self._connected = threading.Event()
+        self._lock_guard = threading.Lock()
+        self._lock: Lock | None = None
+        self._token: LeadershipToken | None = None
+        self._epoch = 0
+        self.history: list[str] = []
+        self._history_changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
+
+    # -- public -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._client.add_listener(self._on_state)
+        if self._client.state == KazooState.CONNECTED:
+            self._connected.set()
+        self._heartbeat.start()
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful hand-over: cancel the token, delete our lock node, stop the thread.
+
+        Deleting the node (instead of waiting for the session to expire) lets the next
+        replica in the queue win within one ZooKeeper round trip.
+        """
+        self._stopping.set()
+        self._wake.set()
+        with self._lock_guard:
+            token, lock = self._token, self._lock
+        if token is not None:
+            token.cancel(SHUTDOWN)
+        if lock is not None:
+            lock.cancel()
+        self._thread.join(timeout)
+        self._release(lock)
+        self._heartbeat.stop()
+        self._client.remove_listener(self._on_state)
+
+    def is_leader(self) -> bool:
+        """Leader only with a live token *and* a fresh lease (see ``leader.lease``)."""
+        token = self._token
+        return token is not None and not token.cancelled and self.lease.valid()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current or last term (0 before the first)."""
+        return self._epoch
+
+    @property
+    def token(self) -> LeadershipToken | None:
+        return self._token
+
+    def code_changed(self) -> None:
+        """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
+        self._wake.set()
+
+    def wait_for(self, predicate: Callable[[list[str]], bool], timeout: float) -> bool:
+        """Block until ``predicate(history)`` holds; for callers and tests that need a step."""
+        deadline = time.monotonic() + timeout
+        with self._history_changed:
+            while not predicate(self.history):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._history_changed.wait(remaining)
+            return True
+
+    # -- the cycle ----------------------------------------------------------------------
+
+    def _note(self, reason: str) -> None:
+        log.info("%s: %s", self._s.replica_id, reason)
+        with self._history_changed:
+            self.history.append(reason)
+            self._history_changed.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    self._cycle()
+                except KazooException as e:
+                    # A ZooKeeper hiccup between steps: start the cycle again.
+                    self._note(f"cycle interrupted by ZooKeeper: {type(e).__name__}")
+                    self._stopping.wait(0.1)
+        finally:
+            self._note("elector stopped")
+
+    def _cycle(self) -> None:
+        if not self._wait_connected():
+            return
+        if not self._gate_passes("before queueing"):
+            return
+        lock = Lock(self._client, self._paths.leader_lock, identifier=self._s.replica_id)
+        with self._lock_guard:
+            if self._stopping.is_set():
+                return
+            self._lock = lock
+        self._note("queued for leadership")
+        try:
+            lock.acquire()
+        except CancelledError:
+            self._release(lock)
+            return
+        lock_node = f"{lock.path}/{lock.node}"
+        self._note(f"won the lock ({lock.node})")
+        if self._stopping.is_set():
+            return
+        if not self._gate_passes("after winning"):
+            self._release(lock)
+            return
+        try:
+            epoch = take_office(
+                self._client,
+                self._s.root,
+                lock_node=lock_node,
+                holder=self._s.replica_id,
+                now_ms=self._wall_ms,
+                timeout=self._s.session_timeout,
+            )
+        except (NotLeaderError, WriteOutcomeUnknown) as e:
+            self._note(f"could not take office: {e}")
+            self._release(lock)
+            return
+        self._epoch = epoch
+        self._note(f"took office, epoch {epoch}")
+        self._serve(lock, lock_node, epoch)
+
+    def _serve(self, lock: Lock, lock_node: str, epoch: int) -> None:
+        session = self._session_id()
+        resumed = False
+        while True:
+            token = LeadershipToken(lock_node, epoch)
+            self._watch_lock_node(token)
+            with self._lock_guard:
+                self._token = token
+            if self._stopping.is_set():
+                token.cancel(SHUTDOWN)
+            writer = FencedWriter(
+                self._client,
+                token,
+                timeout=self._s.session_timeout,
+                leader_hint=self._leader_hint,
+                lease_valid=self.lease.valid,
+            )
+            if not resumed:
+                try:
+                    prune_epochs(writer, self._client, self._s.root, keep=self._s.epochs_kept)
+                except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
+                    log.warning("could not prune old epochs: %s", e)
+            if not token.cancelled and self._on_elected is not None:
+                self._on_elected(epoch, token, writer)
+            token.wait()
+            reason = token.reason or "unknown"
+            self._note(f"deposed: {reason}")
+            if self._on_deposed is not None:
+                self._on_deposed(reason)
+            if self._stopping.is_set():
+                return
+            if not reason.startswith("ZooKeeper connection SUSPENDED"):
+                self._abandon(lock)
+                return
+            # Connection lost: wait to learn whether the session survived.
+            if not self._wait_connected():
+                return
+            if self._session_id() != session or not self._client.exists(lock_node):
+                self._note("session or lock node lost while disconnected; queueing again")
+                self._abandon(lock)
+                return
+            current, _ = read_leader_epoch(self._client, self._s.root)
+            if current is None or current.epoch != epoch or current.lock_node != lock_node:
+                self._note("leader-epoch no longer names us; queueing again")
+                self._release(lock)
+                return
+            if not self._gate_passes("after reconnecting"):
+                self._release(lock)
+                return
+            self._note(f"resumed, epoch {epoch}")
+            resumed = True
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's listener thread: must not block. Connection trouble ends the term."""
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            return
+        self._connected.clear()
+        self.lease.expire()
+        token = self._token
+        if token is not None:
+            token.cancel(f"ZooKeeper connection {state}")
+        self._wake.set()
+
+    def _watch_lock_node(self, token: LeadershipToken) -> None:
+        def watch(event: WatchedEvent) -> None:
+            if event.type == EventType.DELETED:
+                token.cancel("own lock node deleted")
+            elif not token.cancelled and event.type != EventType.NONE:
+                self._watch_lock_node(token)
+
+        try:
+            if self._client.exists(token.lock_node, watch=watch) is None:
+                token.cancel("own lock node deleted")
+        except KazooException as e:
+            token.cancel(f"could not watch own lock node: {type(e).__name__}")
+
+    def _gate_passes(self, when: str) -> bool:
+        """Run the gate until it passes; False when stopping or the connection dropped."""
+        waiting_noted = False
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                ok = self._gate()
+            except KazooException as e:
+                log.warning("code gate failed: %s", e)
+                ok = False
+            if ok:
+                return True
+            if not waiting_noted:
+                self._note(f"waiting for code ({when})")
+                waiting_noted = True
+            if when != "before queueing":
+                return False  # never hold the lock while waiting: leave, wait, queue again
+            self._wake.wait(self._s.gate_poll_interval)
+            if not self._connected.is_set():
+                return False
+        return False
+
+    def _wait_connected(self) -> bool:
+        while not self._stopping.is_set():
+            if self._connected.wait(0.2):
+                return True
+        return False
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else None
+
+    def _abandon(self, lock: Lock) -> None:
+        """Drop a lock whose node is gone (kazoo keeps believing it holds it)."""
+        self._release(lock)
+
+    def _release(self, lock: Lock | None) -> None:
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except KazooException as e:
+            log.warning("could not release lock node: %s", e)
+        lock.is_acquired = False
+        with self._lock_guard:
+            if self._lock is lock:
+                self._lock = None

@@ -1,0 +1,41 @@
+"""ZooKeeper paths of the layout in DESIGN.md, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: str
+
+    @property
+    def leader_lock(self) -> str:
+        return f"{self.root}/leader-lock"
+
+    @property
+    def leader_epoch(self) -> str:
+        return f"{self.root}/leader-epoch"
+
+    @property
+    def epochs(self) -> str:
+        return f"{self.root}/epochs"
+
+    @property
+    def nimbuses(self) -> str:
+        return f"{self.root}/nimbuses"
+
+    @property
+    def storms(self) -> str:
+        return f"{self.root}/storms"
+
+    @property
+    def code_distributor(self) -> str:
+        return f"{self.root}/code-distributor"
+
+    def nimbus(self, replica_id: str) -> str:
+        return f"{self.nimbuses}/{replica_id}"
+
+    def folders(self) -> list[str]:
+        """Structural folders every replica makes sure exist at start."""
+        return [self.leader_lock, self.epochs, self.nimbuses, self.storms, self.code_distributor]

@@ -1,0 +1,174 @@
+"""The gRPC face of leadership: discovery answers from memory, redirects from followers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import NoReturn
+
+import grpc
+
+from leader.discovery import LeaderCache
+from leader.elector import Elector
+from nimbus.api import pb, records, rpc
+
+LEADER_METADATA_KEY = "nimbus-leader"
+LEADER_EPOCH_METADATA_KEY = "nimbus-leader-epoch"
+
+
+class NimbusServicer(rpc.NimbusServicer):
+    """Serves discovery on every replica; leader-only calls only on the leader.
+
+    A replica whose lease ran out (no recent word from ZooKeeper) does not trust its
+    cache and answers ``UNAVAILABLE``, so clients ask another seed.
+    """
+
+    def __init__(
+        self,
+        *,
+        replica_id: str,
+        elector: Elector,
+        cache: LeaderCache,
+        start_monotonic: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._id = replica_id
+        self._elector = elector
+        self._cache = cache
+        self._start = start_monotonic
+        self._clock = clock
+
+    # -- discovery (every replica) ------------------------------------------------------
+
+    def GetLeaderAddress(  # noqa: N802
+        self, request: pb.GetLeaderAddressRequest, context: grpc.ServicerContext
+    ) -> pb.GetLeaderAddressResponse:
+        self._require_fresh(context)
+        leader = self._cache.leader()
+        am_leader = self._elector.is_leader()
+        if leader is not None and leader.address == self._id and not am_leader:
+            leader = None  # our own stale term: never claim it
+        if leader is None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader is known right now")
+        return pb.GetLeaderAddressResponse(
+            host=leader.host,
+            port=leader.port,
+            replica_id=leader.address,
+            epoch=leader.epoch,
+            responder=self._id,
+            responder_is_leader=am_leader,
+        )
+
+    def GetAllNimbusAddresses(  # noqa: N802
+        self, request: pb.GetAllNimbusAddressesRequest, context: grpc.ServicerContext
+    ) -> pb.GetAllNimbusAddressesResponse:
+        self._require_fresh(context)
+        leader = self._cache.leader()
+        now_ms = int(time.time() * 1000)
+        reply = pb.GetAllNimbusAddressesResponse(leader_epoch=leader.epoch if leader else 0)
+        for address, summary in sorted(self._cache.nimbuses().items()):
+            if address == self._id:
+                is_leader = self._elector.is_leader()
+            else:
+                is_leader = leader is not None and leader.address == address
+            host, _, port = address.rpartition(":")
+            reply.nimbuses.append(
+                pb.NimbusInfo(
+                    address=address,
+                    host=host,
+                    port=int(port) if port.isdigit() else 0,
+                    role=records.LEADER if is_leader else records.FOLLOWER,
+                    is_leader=is_leader,
+                    epoch=leader.epoch if is_leader and leader else summary.epoch,
+                    uptime_s=max(0.0, (now_ms - summary.start_time_ms) / 1000.0),
+                    code_sync_lag=summary.code_sync_lag,
+                    version=summary.version,
+                )
+            )
+        return reply
+
+    # -- leader only ---------------------------------------------------------------------
+
+    def SubmitTopology(  # noqa: N802
+        self, request_iterator: Iterator[pb.SubmitTopologyRequest], context: grpc.ServicerContext
+    ) -> pb.SubmitTopologyResponse:
+        self._leader_only(context)
+
+    def KillTopology(  # noqa: N802
+        self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyActionResponse:
+        self._leader_only(context)
+
+    def ActivateTopology(  # noqa: N802
+        self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyActionResponse:
+        self._leader_only(context)
+
+    def DeactivateTopology(  # noqa: N802
+        self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyActionResponse:
+        self._leader_only(context)
+
+    def RebalanceTopology(  # noqa: N802
+        self, request: pb.RebalanceTopologyRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyActionResponse:
+        self._leader_only(context)
+
+    # -- not yet built (later issues) ---------------------------------------------------
+
+    def ListTopologies(  # noqa: N802
+        self, request: pb.ListTopologiesRequest, context: grpc.ServicerContext
+    ) -> pb.ListTopologiesResponse:
+        self._not_yet(context, "ListTopologies")
+
+    def GetTopology(  # noqa: N802
+        self, request: pb.GetTopologyRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyDetail:
+        self._not_yet(context, "GetTopology")
+
+    def GetClusterSummary(  # noqa: N802
+        self, request: pb.GetClusterSummaryRequest, context: grpc.ServicerContext
+    ) -> pb.ClusterSummary:
+        self._not_yet(context, "GetClusterSummary")
+
+    def DownloadCode(  # noqa: N802
+        self, request: pb.DownloadCodeRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.CodeChunk]:
+        self._not_yet(context, "DownloadCode")
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _require_fresh(self, context: grpc.ServicerContext) -> None:
+        if not self._elector.lease.valid():
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"replica {self._id} has no recent word from ZooKeeper; ask another replica",
+            )
+
+    def _leader_only(self, context: grpc.ServicerContext) -> NoReturn:
+        if not self._elector.is_leader():
+            leader = self._cache.leader() if self._elector.lease.valid() else None
+            if leader is not None and leader.address != self._id:
+                context.set_trailing_metadata(
+                    (
+                        (LEADER_METADATA_KEY, leader.address),
+                        (LEADER_EPOCH_METADATA_KEY, str(leader.epoch)),
+                    )
+                )
+                context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{self._id} is not the leader; the leader is {leader.address} "
+                    f"(epoch {leader.epoch})",
+                )
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"{self._id} is not the leader and no leader is known right now",
+            )
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "topology lifecycle calls are not built yet (the lifecycle issue adds them)",
+        )
+
+    @staticmethod
+    def _not_yet(context: grpc.ServicerContext, name: str) -> NoReturn:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not built yet")

@@ -1,0 +1,80 @@
+"""``nimbus leader`` and ``nimbus nimbuses``: who leads, who is there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from leader.client import NimbusClient
+from nimbus.api import records
+from nimbus.envargs import add_env_flag
+from nimbus.errors import NimbusError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeout", type=float, default=10.0, help="overall deadline, seconds")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("leader", help="print the current leader")
+    _common(p)
+    p.set_defaults(func=run_leader)
+    q = sub.add_parser("nimbuses", help="list every replica with its role")
+    _common(q)
+    q.set_defaults(func=run_nimbuses)
+
+
+def run_leader(args: argparse.Namespace) -> int:
+    try:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
+            reply = client.leader()
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus leader: no leader known: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({
+            "address": reply.replica_id,
+            "host": reply.host,
+            "port": reply.port,
+            "epoch": reply.epoch,
+            "responder": reply.responder,
+        }))
+    else:
+        print(f"leader {reply.replica_id} epoch {reply.epoch} (answered by {reply.responder})")
+    return 0
+
+
+def run_nimbuses(args: argparse.Namespace) -> int:
+    try:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
+            reply = client.nimbuses()
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus nimbuses: {e}", file=sys.stderr)
+        return 1
+    rows = [
+        {
+            "address": n.address,
+            "is_leader": n.is_leader,
+            "role": records.NimbusRole.Name(n.role),
+            "epoch": n.epoch,
+            "uptime_s": round(n.uptime_s, 1),
+            "code_sync_lag": n.code_sync_lag,
+            "version": n.version,
+        }
+        for n in reply.nimbuses
+    ]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    header = f"{'ADDRESS':<24} {'ROLE':<9} {'EPOCH':>6} {'UPTIME':>9} {'LAG':>4}"
+    print(header)
+    for r in rows:
+        print(
+            f"{r['address']:<24} {r['role']:<9} {r['epoch']:>6} "
+            f"{r['uptime_s']:>8}s {r['code_sync_lag']:>4}"
+        )
+    return 0

@@ -1,0 +1,74 @@
+"""One frozen configuration object, validated when it is made."""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nimbus.errors import ConfigError
+
+_ROOT_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+
+
+def parse_address(value: str, what: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port), with an error that names the flag."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what} must be HOST:PORT, got {value!r}")
+    try:
+        number = int(port)
+    except ValueError as e:
+        raise ConfigError(f"{what} has a non-numeric port: {value!r}") from e
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{what} port out of range: {value!r}")
+    return host, number
+
+
+@dataclass(frozen=True)
+class NimbusConfig:
+    zookeeper: str
+    listen: str
+    advertise: str = ""
+    root: str = "/storm"
+    session_timeout: float = 10.0
+    code_dir: Path = field(default_factory=lambda: Path("nimbus-code"))
+    connect_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.zookeeper.strip():
+            raise ConfigError("--zookeeper is required (a connect string, host:port[,...])")
+        if not _ROOT_RE.match(self.root):
+            raise ConfigError(
+                f"--root must be an absolute ZooKeeper path like /storm, got {self.root!r}"
+            )
+        parse_address(self.listen, "--listen")
+        if not self.advertise:
+            host, port = parse_address(self.listen, "--listen")
+            if host in ("0.0.0.0", "::", "[::]", ""):
+                host = socket.getfqdn()
+            object.__setattr__(self, "advertise", f"{host}:{port}")
+        host, port = parse_address(self.advertise, "--advertise")
+        if port == 0:
+            raise ConfigError("--advertise needs a real port (not 0); set --listen's port")
+        if host in ("0.0.0.0", "::"):
+            raise ConfigError("--advertise must be an address peers can reach, not a wildcard")
+        if not 1.0 <= self.session_timeout <= 120.0:
+            raise ConfigError(
+                f"--session-timeout must be between 1 and 120 seconds, got {self.session_timeout}"
+            )
+        if self.connect_timeout < self.session_timeout:
+            raise ConfigError(
+                f"connect timeout ({self.connect_timeout}s) must be at least the session "
+                f"timeout ({self.session_timeout}s)"
+            )
+
+    @property
+    def replica_id(self) -> str:
+        return self.advertise
+
+    @property
+    def lease_duration(self) -> float:
+        """Two thirds of the session: always over before ZooKeeper can expire us."""
+        return self.session_timeout * 2 / 3

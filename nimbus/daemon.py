@@ -1,0 +1,142 @@
+"""One Nimbus replica: wires ZooKeeper, leadership, discovery and the gRPC server.
+
+Fail-fast and stateless beyond ZooKeeper and the local code store, so kill -9 and a
+restart are harmless. ``stop()`` is the graceful hand-over SIGTERM triggers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from grpc_health.v1 import health_pb2_grpc
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+
+from code_sync.gate import LocalCodeGate
+from fencing import FencedWriter, LeadershipToken, ensure_folders
+from leader.discovery import LeaderCache
+from leader.elector import Elector, ElectorSettings
+from leader.health import NimbusHealth
+from leader.paths import Paths
+from leader.registry import Registry
+from leader.servicer import NimbusServicer
+from nimbus.api import rpc
+from nimbus.config import NimbusConfig
+from nimbus.errors import ZooKeeperUnavailableError
+from nimbus.factory import make_grpc_server, make_kazoo_client
+
+log = logging.getLogger(__name__)
+
+
+class NimbusDaemon:
+    def __init__(
+        self, config: NimbusConfig, *, has_all_code: Callable[[], bool] | None = None
+    ) -> None:
+        self.config = config
+        self.client: KazooClient = make_kazoo_client(
+            config.zookeeper, session_timeout=config.session_timeout
+        )
+        self.cache = LeaderCache(self.client, config.root)
+        gate = has_all_code or LocalCodeGate(self.client, config.root, config.code_dir)
+        self.elector = Elector(
+            self.client,
+            ElectorSettings(
+                root=config.root,
+                replica_id=config.replica_id,
+                session_timeout=config.session_timeout,
+            ),
+            has_all_code=gate,
+            on_elected=self._elected,
+            on_deposed=self._deposed,
+            leader_hint=self._leader_hint,
+        )
+        self.registry = Registry(
+            self.client,
+            config.root,
+            config.replica_id,
+            start_time_ms=int(time.time() * 1000),
+            timeout=config.session_timeout,
+        )
+        self.health = NimbusHealth(
+            connected=self._connected, is_leader=self.elector.is_leader
+        )
+        self.server, self.port = make_grpc_server(config.listen)
+        rpc.add_NimbusServicer_to_server(
+            NimbusServicer(
+                replica_id=config.replica_id,
+                elector=self.elector,
+                cache=self.cache,
+                start_monotonic=time.monotonic(),
+            ),
+            self.server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        try:
+            self.client.start(timeout=self.config.connect_timeout)
+        except KazooTimeoutError as e:
+            self.client.stop()
+            self.client.close()
+            raise ZooKeeperUnavailableError(
+                f"could not reach ZooKeeper at {self.config.zookeeper} within "
+                f"{self.config.connect_timeout:.0f}s"
+            ) from e
+        self.client.add_listener(self._on_state)
+        ensure_folders(self.client, Paths(self.config.root).folders())
+        self.config.code_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.add_listener(self.health.refresh)
+        self.cache.start()
+        self.registry.start()
+        self.server.start()
+        self.elector.start()
+        log.info("replica %s serving gRPC on port %d", self.config.replica_id, self.port)
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Graceful: hand over leadership first, then leave, then stop serving."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.elector.stop()
+        self.health.refresh()
+        self.registry.stop()
+        self.server.stop(grace).wait(grace + 1)
+        self.client.stop()
+        self.client.close()
+
+    # -- callbacks ------------------------------------------------------------------------
+
+    def _connected(self) -> bool:
+        return self.client.state == KazooState.CONNECTED and self.elector.lease.valid()
+
+    def _leader_hint(self) -> str | None:
+        leader = self.cache.leader()
+        return leader.address if leader else None
+
+    def _elected(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
+        log.info("leading with epoch %d", epoch)
+        self.registry.set_role(is_leader=True, epoch=epoch)
+        self.health.refresh()
+
+    def _deposed(self, reason: str) -> None:
+        log.warning("no longer leading: %s", reason)
+        self.registry.set_role(is_leader=False, epoch=self.elector.epoch)
+        self.health.refresh()
+
+    def _on_state(self, state: str) -> None:
+        self.health.refresh()
+
+
+def serve_forever(daemon: NimbusDaemon, stop: threading.Event) -> None:
+    daemon.start()
+    try:
+        stop.wait()
+    finally:
+        daemon.stop()
+
+
+__all__ = ["NimbusDaemon", "serve_forever"]

@@ -1,0 +1,155 @@
+"""Nimbus replicas as real processes (``nimbus serve``) for integration and chaos tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nimbus.api import pb, rpc
+from nimbus.factory import make_channel
+from tests.waiting import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Replica:
+    def __init__(
+        self,
+        zookeeper: str,
+        root: str,
+        workdir: Path,
+        *,
+        session_timeout: float = 2.0,
+        port: int | None = None,
+        code_dir: Path | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.zookeeper = zookeeper
+        self.root = root
+        self.session_timeout = session_timeout
+        self.code_dir = code_dir or workdir / f"code-{self.port}"
+        self.log_path = workdir / f"replica-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._channel: grpc.Channel | None = None
+
+    def start(self) -> Replica:
+        cmd = [
+            sys.executable, "-m", "nimbus.cli", "serve",
+            "--zookeeper", self.zookeeper, "--root", self.root,
+            "--listen", self.address, "--session-timeout", str(self.session_timeout),
+            "--code-dir", str(self.code_dir),
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signum)
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        return code
+
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = make_channel(self.address)
+        return self._channel
+
+    def stub(self) -> rpc.NimbusStub:
+        return rpc.NimbusStub(self.channel())
+
+    def leader_reply(self, timeout: float = 2.0) -> pb.GetLeaderAddressResponse | None:
+        """This replica's answer to GetLeaderAddress, None when it has none."""
+        try:
+            reply: pb.GetLeaderAddressResponse = self.stub().GetLeaderAddress(
+                pb.GetLeaderAddressRequest(), timeout=timeout
+            )
+        except grpc.RpcError:
+            return None
+        return reply
+
+    def health(self, service: str = "", timeout: float = 2.0) -> str:
+        stub = health_pb2_grpc.HealthStub(self.channel())
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        except grpc.RpcError as e:
+            return f"error:{e.code().name}"
+        name: str = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return name
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def agreed_leader(replicas: list[Replica]) -> pb.GetLeaderAddressResponse | None:
+    """The leader every given replica names identically, else None."""
+    replies = [r.leader_reply() for r in replicas]
+    if any(reply is None for reply in replies):
+        return None
+    first = replies[0]
+    assert first is not None
+    same = all(
+        reply is not None and (reply.replica_id, reply.epoch) == (first.replica_id, first.epoch)
+        for reply in replies
+    )
+    return first if same else None
+
+
+def wait_for_agreed_leader(
+    replicas: list[Replica], timeout: float, *, newer_than: int = 0
+) -> pb.GetLeaderAddressResponse:
+    found: list[pb.GetLeaderAddressResponse] = []
+
+    def check() -> bool:
+        leader = agreed_leader(replicas)
+        if leader is not None and leader.epoch > newer_than:
+            found.append(leader)
+            return True
+        return False
+
+    try:
+        wait_until(check, timeout=timeout, message="an agreed leader")
+    except AssertionError as e:
+        logs = "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)
+        raise AssertionError(f"{e}\n{logs}") from None
+    return found[-1]
