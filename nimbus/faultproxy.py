@@ -286,7 +286,7 @@ class FaultProxy:
                 self._release_due(time.monotonic())
                 self._update_interest(modes, refuse)
                 for key, mask in self._sel.select(self._select_timeout()):
-                    self._dispatch(cast(socket.socket, key.fileobj), mask, modes, refuse)
+                    self._dispatch(cast(socket.socket, key.fileobj), mask)
         finally:
             for link in list(self._links):
                 self._close_link(link, rst=False)
@@ -351,16 +351,14 @@ class FaultProxy:
                 self._sel.modify(sock, events)
                 self._registered[sock] = events
 
-    def _dispatch(
-        self, sock: socket.socket, mask: int, modes: dict[str, _Mode], refuse: bool
-    ) -> None:
+    def _dispatch(self, sock: socket.socket, mask: int) -> None:
         if sock is self._wake_r:
             with contextlib.suppress(OSError):
                 while self._wake_r.recv(4096):
                     pass
             return
         if sock is self._listener:
-            self._accept(refuse)
+            self._accept()
             return
         link = self._link_of(sock)
         if link is None:
@@ -374,22 +372,28 @@ class FaultProxy:
             return
         try:
             if mask & selectors.EVENT_WRITE:
-                for flow in (link.up, link.down):
-                    if flow.dst is sock and flow.buf:
+                for flow, name in ((link.up, "upstream"), (link.down, "downstream")):
+                    with self._lock:
+                        cut = self._modes[name].blackhole
+                    if flow.dst is sock and flow.buf and not cut:
                         sent = sock.send(flow.buf)
                         del flow.buf[:sent]
             if mask & selectors.EVENT_READ:
                 if sock is link.client:
-                    self._read(link.up, modes["upstream"], "upstream")
+                    self._read(link.up, "upstream")
                 else:
-                    self._read(link.down, modes["downstream"], "downstream")
+                    self._read(link.down, "downstream")
         except BlockingIOError:
             pass
         except OSError:
             self._close_link(link, rst=True)  # one side failed: pass the reset on
 
-    def _read(self, flow: _Flow, mode: _Mode, name: str) -> None:
+    def _read(self, flow: _Flow, name: str) -> None:
         data = flow.src.recv(_CHUNK)
+        # The mode as of now, not of the loop's last turn: bytes sent after a mode call
+        # returned must be subject to it.
+        with self._lock:
+            mode = self._modes[name]
         if not data:
             flow.src_eof = True
         elif mode.blackhole:
@@ -404,9 +408,14 @@ class FaultProxy:
         else:
             flow.buf += data
 
-    def _accept(self, refuse: bool) -> None:
+    def _accept(self) -> None:
         assert self._listener is not None
         while True:
+            with self._lock:
+                refuse = self._refuse_new
+                holding = any(m.blackhole for m in self._modes.values())
+            if holding and not refuse:
+                return  # leave it in the backlog; the next turn stops listening
             try:
                 client, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):

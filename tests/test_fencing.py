@@ -140,17 +140,17 @@ def test_concurrent_compare_and_set_updates_lose_nothing(
 ) -> None:
     _, token, writer = leader
     path = f"{ROOT}/data/counter"
-    writer.create_record(path, records.WorkerHeartbeat(batches_committed=0))
+    writer.create_record(path, records.StormBase(name="wc", num_workers=0))
     threads, per_thread = 4, 25
     errors: list[BaseException] = []
 
-    def bump(record: records.WorkerHeartbeat) -> None:
-        record.batches_committed += 1
+    def bump(record: records.StormBase) -> None:
+        record.num_workers += 1
 
     def work() -> None:
         try:
             for _ in range(per_thread):
-                writer.update_record(path, records.WorkerHeartbeat.FromString, bump, attempts=1000)
+                writer.update_record(path, records.StormBase.FromString, bump, attempts=1000)
         except BaseException as e:  # surfaced to the main thread below
             errors.append(e)
 
@@ -160,8 +160,8 @@ def test_concurrent_compare_and_set_updates_lose_nothing(
     for t in workers:
         t.join(timeout=120)
     assert not errors
-    stored = records.WorkerHeartbeat.FromString(zk_client.get(path)[0])
-    assert stored.batches_committed == threads * per_thread
+    stored = records.StormBase.FromString(zk_client.get(path)[0])
+    assert stored.num_workers == threads * per_thread
     assert stored.epoch == token.epoch
 
 
@@ -268,7 +268,7 @@ def test_a_zombie_holder_resumed_after_expiry_applies_no_write(
         _, new_token = _lead(zk_client, "new:1")
         assert new_token.epoch == int(str(info["epoch"])) + 1
         os.kill(holder.pid, signal.SIGCONT)
-        summary = _ask(holder, "write 20 zombie")
+        summary = _ask(holder, "write 20 zombie after-new-session")
         assert summary["attempts"] == 20
         assert summary["applied"] == 0
         assert summary["not_leader"] == 20, summary

@@ -1,7 +1,7 @@
 """A leader as a real process, for tests that pause it with SIGSTOP.
 
 Takes the lock and office, prints one JSON line ``{"lock_node", "epoch"}``, then obeys
-commands on stdin: ``write N PREFIX`` attempts N fenced creates under ``<root>/data`` and
+commands on stdin: ``write N PREFIX [after-new-session]`` attempts N fenced creates under ``<root>/data`` and
 prints one JSON summary line; ``quit`` exits. ``--raw`` makes it a zombie that never
 learns it was deposed: no state listener, and a fresh token per attempt, so every
 attempt really reaches ZooKeeper and only the server-side check can stop it.
@@ -19,9 +19,16 @@ from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.lock import Lock
 
-from fencing import FencedWriter, LeadershipToken, NotLeaderError, WriteOutcomeUnknown
+from fencing import (
+    FencedWriter,
+    LeadershipToken,
+    NotLeaderError,
+    WriteOutcomeUnknown,
+    ensure_folders,
+)
 from fencing.office import take_office
 from leader.lease import Heartbeat, Lease
+from leader.paths import Paths
 from nimbus.factory import make_kazoo_client
 
 
@@ -37,6 +44,7 @@ def main() -> int:
     connected = threading.Event()
     client.start(timeout=15)
     connected.set()
+    ensure_folders(client, Paths(args.root).folders())
     lock = Lock(client, f"{args.root}/leader-lock", identifier="holder")
     lock.acquire(timeout=30)
     lock_node = f"{lock.path}/{lock.node}"
@@ -53,6 +61,7 @@ def main() -> int:
     lease = Lease(args.session_timeout * 2 / 3)
     heartbeat = Heartbeat(client, lease, interval=args.session_timeout / 6)
     if not args.raw:
+        heartbeat.beat()
         heartbeat.start()
 
     def on_state(state: str) -> None:
@@ -71,18 +80,25 @@ def main() -> int:
         if not words or words[0] == "quit":
             break
         count, prefix = int(words[1]), words[2]
+        after_new_session = "after-new-session" in words[3:]
         summary = {"attempts": 0, "applied": 0, "not_leader": 0, "server_refused": 0, "unknown": 0}
         for i in range(count):
+            if args.raw and after_new_session:
+                # A zombie: once kazoo has a new session, write as if still leader.
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not (
+                    connected.wait(1)
+                    and (client.client_id or (first_session,))[0] != first_session
+                ):
+                    time.sleep(0.02)  # connected, but still on the old session
             if args.raw:
-                # A zombie: wait for any connection, then write as if still leader.
-                connected.wait(30)
                 token = LeadershipToken(lock_node, epoch)
-    first_session = client.client_id[0]
-    lease = Lease(args.session_timeout * 2 / 3)
-    heartbeat = Heartbeat(client, lease, interval=args.session_timeout / 6)
-    if not args.raw:
-        heartbeat.start()
-            writer = FencedWriter(client, token, timeout=args.session_timeout)
+            writer = FencedWriter(
+                client,
+                token,
+                timeout=args.session_timeout,
+                lease_valid=None if args.raw else lease.valid,
+            )
             summary["attempts"] += 1
             try:
                 writer.create(f"{args.root}/data/{prefix}-{i}")
