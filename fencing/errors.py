@@ -41,7 +41,7 @@ class VersionConflictError(WriteConflictError):
     """A compare-and-set lost a race: the record changed since it was read."""
 
 
-class WriteOutcomeUnknown(FencingError):  # noqa: N818 - the name is the contract
+class WriteOutcomeUnknown(FencingError):
     """The connection dropped with the write in flight: it may or may not be applied.
 
     Never re-sent automatically. Read back to learn what happened; a write that was not

@@ -86,7 +86,11 @@ def take_office(
             if version >= 0
             else Create(leader_epoch_path(root), record)
         )
-        ops: list[Op] = [Check(lock_node, -1), write, Create(f"{epochs_path(root)}/{epoch}", history)]
+        ops: list[Op] = [
+            Check(lock_node, -1),
+            write,
+            Create(f"{epochs_path(root)}/{epoch}", history),
+        ]
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)
         if failure is None:

@@ -25,7 +25,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fencing.errors import VersionConflictError, WriteConflictError, WriteOutcomeUnknown
-from fencing.ops import Check, Create, Delete, Op, SetData
+from fencing.ops import Check, Create, Op, SetData
 
 _UNKNOWN_OUTCOME = (
     ConnectionLoss,

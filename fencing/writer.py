@@ -24,7 +24,7 @@ from fencing.token import LeadershipToken
 class Record(Protocol):
     """A protobuf record (only what the writer needs of it)."""
 
-    def SerializeToString(self, *, deterministic: bool = ...) -> bytes: ...  # noqa: N802
+    def SerializeToString(self, *, deterministic: bool = ...) -> bytes: ...
 
 
 R = TypeVar("R")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import CancelledError, KazooException, NoNodeError
+from kazoo.exceptions import CancelledError, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
@@ -74,7 +74,11 @@ class Elector:
         self._wall_ms = wall_ms
         self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
         self._heartbeat = Heartbeat(
-            client, self.lease, path=settings.root, interval=settings.session_timeout / 6, clock=clock
+            client,
+            self.lease,
+            path=settings.root,
+            interval=settings.session_timeout / 6,
+            clock=clock,
         )
         self._stopping = threading.Event()
         self._wake = threading.Event()  # code may have arrived, or stop

@@ -33,7 +33,7 @@ class NimbusHealth(health.HealthServicer):
             return _SERVING if self._is_leader() else _NOT_SERVING
         return None
 
-    def Check(  # noqa: N802
+    def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
         status = self._status(request.service)

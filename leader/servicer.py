@@ -40,7 +40,7 @@ class NimbusServicer(rpc.NimbusServicer):
 
     # -- discovery (every replica) ------------------------------------------------------
 
-    def GetLeaderAddress(  # noqa: N802
+    def GetLeaderAddress(
         self, request: pb.GetLeaderAddressRequest, context: grpc.ServicerContext
     ) -> pb.GetLeaderAddressResponse:
         self._require_fresh(context)
@@ -59,7 +59,7 @@ class NimbusServicer(rpc.NimbusServicer):
             responder_is_leader=am_leader,
         )
 
-    def GetAllNimbusAddresses(  # noqa: N802
+    def GetAllNimbusAddresses(
         self, request: pb.GetAllNimbusAddressesRequest, context: grpc.ServicerContext
     ) -> pb.GetAllNimbusAddressesResponse:
         self._require_fresh(context)
@@ -89,49 +89,49 @@ class NimbusServicer(rpc.NimbusServicer):
 
     # -- leader only ---------------------------------------------------------------------
 
-    def SubmitTopology(  # noqa: N802
+    def SubmitTopology(
         self, request_iterator: Iterator[pb.SubmitTopologyRequest], context: grpc.ServicerContext
     ) -> pb.SubmitTopologyResponse:
         self._leader_only(context)
 
-    def KillTopology(  # noqa: N802
+    def KillTopology(
         self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._leader_only(context)
 
-    def ActivateTopology(  # noqa: N802
+    def ActivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._leader_only(context)
 
-    def DeactivateTopology(  # noqa: N802
+    def DeactivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._leader_only(context)
 
-    def RebalanceTopology(  # noqa: N802
+    def RebalanceTopology(
         self, request: pb.RebalanceTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._leader_only(context)
 
     # -- not yet built (later issues) ---------------------------------------------------
 
-    def ListTopologies(  # noqa: N802
+    def ListTopologies(
         self, request: pb.ListTopologiesRequest, context: grpc.ServicerContext
     ) -> pb.ListTopologiesResponse:
         self._not_yet(context, "ListTopologies")
 
-    def GetTopology(  # noqa: N802
+    def GetTopology(
         self, request: pb.GetTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyDetail:
         self._not_yet(context, "GetTopology")
 
-    def GetClusterSummary(  # noqa: N802
+    def GetClusterSummary(
         self, request: pb.GetClusterSummaryRequest, context: grpc.ServicerContext
     ) -> pb.ClusterSummary:
         self._not_yet(context, "GetClusterSummary")
 
-    def DownloadCode(  # noqa: N802
+    def DownloadCode(
         self, request: pb.DownloadCodeRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.CodeChunk]:
         self._not_yet(context, "DownloadCode")

@@ -36,13 +36,17 @@ def run_leader(args: argparse.Namespace) -> int:
         print(f"nimbus leader: no leader known: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({
-            "address": reply.replica_id,
-            "host": reply.host,
-            "port": reply.port,
-            "epoch": reply.epoch,
-            "responder": reply.responder,
-        }))
+        print(
+            json.dumps(
+                {
+                    "address": reply.replica_id,
+                    "host": reply.host,
+                    "port": reply.port,
+                    "epoch": reply.epoch,
+                    "responder": reply.responder,
+                }
+            )
+        )
     else:
         print(f"leader {reply.replica_id} epoch {reply.epoch} (answered by {reply.responder})")
     return 0

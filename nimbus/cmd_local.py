@@ -85,10 +85,7 @@ def run(args: argparse.Namespace) -> int:
                         stop.wait(0.05)
                         new = client.leader()
                     took = (time.monotonic() - started) * 1000
-                    print(
-                        f"new leader: {new.replica_id} (epoch {new.epoch}) "
-                        f"after {took:.0f} ms"
-                    )
+                    print(f"new leader: {new.replica_id} (epoch {new.epoch}) after {took:.0f} ms")
                     return 0
                 print("running; Ctrl-C to stop")
                 stop.wait()

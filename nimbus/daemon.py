@@ -60,9 +60,7 @@ class NimbusDaemon:
             start_time_ms=int(time.time() * 1000),
             timeout=config.session_timeout,
         )
-        self.health = NimbusHealth(
-            connected=self._connected, is_leader=self.elector.is_leader
-        )
+        self.health = NimbusHealth(connected=self._connected, is_leader=self.elector.is_leader)
         self.server, self.port = make_grpc_server(config.listen)
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(

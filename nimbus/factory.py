@@ -30,7 +30,9 @@ def make_kazoo_client(
     new session after expiry, the exact thing fencing forbids. Callers that need a
     retried *read* wrap it themselves.
     """
-    connection_retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2)
+    connection_retry = KazooRetry(
+        max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2
+    )
     return KazooClient(
         hosts=hosts,
         timeout=session_timeout,

@@ -64,7 +64,7 @@ class Replica:
         assert self.proc is not None
         return self.proc.pid
 
-    def signal(self, signum: int) -> None:
+    def send(self, signum: int) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signum)
 

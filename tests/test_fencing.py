@@ -237,9 +237,7 @@ def test_membership_touches_only_own_nodes_and_replaces_a_killed_processs_node(
 def _start_holder(hosts: str, *, raw: bool) -> tuple[subprocess.Popen[str], dict[str, object]]:
     cmd = [sys.executable, "-m", "tests.procs.fenced_holder", "--hosts", hosts, "--root", ROOT]
     cmd += ["--session-timeout", str(SESSION)] + (["--raw"] if raw else [])
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
-    )
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line, "the holder process died before taking office"
@@ -314,9 +312,11 @@ def test_a_write_in_flight_when_the_link_drops_is_unknown_and_never_applied_late
         wait_until(lambda: zk_client.exists(token.lock_node) is None, timeout=SESSION * 5)
         proxy.pass_through()
         wait_until(
-            lambda: client.state == KazooState.CONNECTED
-            and client.client_id is not None
-            and client.client_id[0] != first_session,
+            lambda: (
+                client.state == KazooState.CONNECTED
+                and client.client_id is not None
+                and client.client_id[0] != first_session
+            ),
             timeout=20,
         )
         zk_client.sync(f"{ROOT}/data")

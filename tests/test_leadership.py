@@ -86,10 +86,10 @@ def test_a_paused_leader_wakes_as_a_follower_and_queues_again(
     first = wait_for_agreed_leader(replicas, timeout=30)
     old = _by_address(replicas, first.replica_id)
     other = next(r for r in replicas if r is not old)
-    old.signal(signal.SIGSTOP)
+    old.send(signal.SIGSTOP)
     second = wait_for_agreed_leader([other], timeout=30, newer_than=first.epoch)
     assert second.replica_id == other.address
-    old.signal(signal.SIGCONT)
+    old.send(signal.SIGCONT)
     # Its very first answers after waking must not claim leadership.
     reply = old.leader_reply()
     assert reply is None or (not reply.responder_is_leader and reply.replica_id != old.address)
@@ -182,13 +182,15 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
     cache.add_listener(lambda: named.append(cache.leader().address) if cache.leader() else None)
     elector = Elector(
         zk_client,
-        ElectorSettings(root=ROOT, replica_id="lacking:1", session_timeout=2.0, gate_poll_interval=0.05),
+        ElectorSettings(
+            root=ROOT, replica_id="lacking:1", session_timeout=2.0, gate_poll_interval=0.05
+        ),
         has_all_code=gate,
     )
     elector.start()
     try:
         assert elector.wait_for(lambda h: "waiting for code (after winning)" in h, timeout=10)
-        assert elector.wait_for(lambda h: len(calls) >= 5, timeout=10)  # still waiting
+        wait_until(lambda: len(calls) >= 5, timeout=10)  # still asking, still not leading
         assert not elector.is_leader()
         assert zk_client.exists(Paths(ROOT).leader_epoch) is None, "took office without code"
         assert cache.leader() is None and named == []
@@ -211,7 +213,7 @@ def test_the_client_ignores_a_lagging_replicas_older_epoch() -> None:
         def __init__(self, epoch: int) -> None:
             self.epoch = epoch
 
-        def GetLeaderAddress(self, request: object, context: object) -> pb.GetLeaderAddressResponse:  # noqa: N802
+        def GetLeaderAddress(self, request: object, context: object) -> pb.GetLeaderAddressResponse:
             return pb.GetLeaderAddressResponse(
                 host="10.0.0.1", port=1, replica_id=f"10.0.0.1:{self.epoch}", epoch=self.epoch
             )

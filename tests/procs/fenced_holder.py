@@ -1,9 +1,9 @@
 """A leader as a real process, for tests that pause it with SIGSTOP.
 
 Takes the lock and office, prints one JSON line ``{"lock_node", "epoch"}``, then obeys
-commands on stdin: ``write N PREFIX [after-new-session]`` attempts N fenced creates under ``<root>/data`` and
-prints one JSON summary line; ``quit`` exits. ``--raw`` makes it a zombie that never
-learns it was deposed: no state listener, and a fresh token per attempt, so every
+commands on stdin: ``write N PREFIX [after-new-session]`` attempts N fenced creates under
+``<root>/data`` and prints one JSON summary line; ``quit`` exits. ``--raw`` makes it a
+zombie that never learns it was deposed: no state listener, and a fresh token per attempt, so every
 attempt really reaches ZooKeeper and only the server-side check can stop it.
 """
 
@@ -87,8 +87,7 @@ def main() -> int:
                 # A zombie: once kazoo has a new session, write as if still leader.
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and not (
-                    connected.wait(1)
-                    and (client.client_id or (first_session,))[0] != first_session
+                    connected.wait(1) and (client.client_id or (first_session,))[0] != first_session
                 ):
                     time.sleep(0.02)  # connected, but still on the old session
             if args.raw:
