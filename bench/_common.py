@@ -67,6 +67,22 @@ def summarize_ns(samples_ns: Sequence[int]) -> Summary:
     )
 
 
+def summarize_ms(samples_ms: Sequence[float]) -> Summary:
+    """Summarize durations already in milliseconds (e.g. failover times)."""
+    if not samples_ms:
+        raise ValueError("summary of no samples")
+    ms = [float(s) for s in samples_ms]
+    return Summary(
+        count=len(ms),
+        p50_ms=percentile(ms, 50),
+        p90_ms=percentile(ms, 90),
+        p99_ms=percentile(ms, 99),
+        mean_ms=sum(ms) / len(ms),
+        min_ms=min(ms),
+        max_ms=max(ms),
+    )
+
+
 def format_table(
     headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None
 ) -> str:

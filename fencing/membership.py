@@ -8,6 +8,7 @@ caller's own id, so it cannot be used to write someone else's state.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from kazoo.client import KazooClient
@@ -110,4 +111,19 @@ class Membership:
             raise MembershipError(f"{self.owner} may not write {path}: not its own node")
 
 
-__all__ = ["Membership", "ensure_folders"]
+def probe_write(client: KazooClient, *, timeout: float) -> None:
+    """Prove the ensemble commits writes: create and delete a scratch node in one multi-op.
+
+    Readiness of a ZooKeeper server means a write went through its quorum, not an open
+    port; the scratch node is ephemeral and gone in the same transaction.
+    """
+    path = f"/.nimbus-probe-{uuid.uuid4().hex}"
+    ops: list[Create | SetData | Delete] = [Create(path, b"", ephemeral=True), Delete(path)]
+    results = txn.commit(client, ops, timeout=timeout)
+    failure = txn.first_failure(results)
+    if failure is not None:
+        index, error = failure
+        raise txn.conflict_for(ops[index], error) from error
+
+
+__all__ = ["Membership", "ensure_folders", "probe_write"]

@@ -339,6 +339,21 @@ class _Node:
         return "\n".join(tail) if tail else "(empty log)"
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped ('T'); True where /proc is missing."""
+    task_dir = Path(f"/proc/{pid}/task")
+    if not task_dir.is_dir():
+        return True
+    for stat in task_dir.glob("*/stat"):
+        try:
+            state = stat.read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread exited meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 def _bind_failed(node: _Node) -> bool:
     tail = node.log_tail(200)
     return "Address already in use" in tail or "BindException" in tail
@@ -528,6 +543,13 @@ class ZooKeeperCluster:
             raise ZooKeeperUnavailableError(f"node {i} is not running")
         node.proc.send_signal(signal.SIGSTOP)
         node.paused = True
+        # kill() returns before every thread has stopped; a thread still running could
+        # answer one more request. Return only once the whole JVM is frozen.
+        deadline = time.monotonic() + 5.0
+        while not _all_threads_stopped(node.proc.pid):
+            if time.monotonic() >= deadline:
+                raise ZooKeeperUnavailableError(f"node {i} did not stop on SIGSTOP")
+            time.sleep(0.005)
 
     def resume(self, i: int) -> None:
         """SIGCONT node ``i``."""

@@ -86,6 +86,9 @@ def test_a_paused_leader_wakes_as_a_follower_and_queues_again(
     first = wait_for_agreed_leader(replicas, timeout=30)
     old = _by_address(replicas, first.replica_id)
     other = next(r for r in replicas if r is not old)
+    registered = Paths(ROOT).nimbus(old.address)
+    wait_until(lambda: zk_client.exists(registered), timeout=10)
+    old_owner = zk_client.exists(registered).ephemeralOwner
     old.send(signal.SIGSTOP)
     second = wait_for_agreed_leader([other], timeout=30, newer_than=first.epoch)
     assert second.replica_id == other.address
@@ -101,6 +104,11 @@ def test_a_paused_leader_wakes_as_a_follower_and_queues_again(
         return old.address.encode() in owners
 
     wait_until(queued_again, timeout=30)
+    # Its registry node died with the old session and is back on the new one.
+    wait_until(
+        lambda: (stat := zk_client.exists(registered)) and stat.ephemeralOwner != old_owner,
+        timeout=30,
+    )
     assert wait_for_agreed_leader(replicas, timeout=30).replica_id == other.address
 
 
@@ -237,3 +245,27 @@ def test_the_client_ignores_a_lagging_replicas_older_epoch() -> None:
     finally:
         for server in servers:
             server.stop(None)
+
+
+def test_only_a_replica_holding_every_topologys_code_leads(
+    spawn: object, zk_client: KazooClient, tmp_path: Path
+) -> None:
+    paths = Paths(ROOT)
+    for folder in paths.folders():
+        zk_client.ensure_path(folder)
+    digest = "ab" * 32
+    zk_client.create(
+        f"{paths.storms}/wc-1-1", records.StormBase(name="wc", digest=digest).SerializeToString()
+    )
+    lacking = spawn(code_dir=tmp_path / "lacking")  # type: ignore[operator]
+    wait_until(lambda: "waiting for code" in lacking.log_tail(100), timeout=20)
+    holder_dir = tmp_path / "holder"
+    holder_dir.mkdir()
+    (holder_dir / digest).write_bytes(b"package")
+    holder = spawn(code_dir=holder_dir)  # type: ignore[operator]
+    first = wait_for_agreed_leader([lacking, holder], timeout=30)
+    assert first.replica_id == holder.address
+    (tmp_path / "lacking" / digest).write_bytes(b"package")  # its code arrives
+    holder.stop(signal.SIGTERM)
+    second = wait_for_agreed_leader([lacking], timeout=20, newer_than=first.epoch)
+    assert second.replica_id == lacking.address
