@@ -35,7 +35,9 @@ def violations_in(source: str, filename: str) -> list[str]:
             continue
         method = node.func.attr
         receiver = ast.unparse(node.func.value).lower()
-        if (method in WRITE_METHODS and "socket" not in receiver) or (method in AMBIGUOUS and any(h in receiver for h in CLIENT_HINTS)):
+        writes = method in WRITE_METHODS and "socket" not in receiver
+        kazoo_set = method in AMBIGUOUS and any(h in receiver for h in CLIENT_HINTS)
+        if writes or kazoo_set:
             found.append(f"{filename}:{node.lineno}: {ast.unparse(node.func)}")
     return found
 
