@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -197,6 +196,16 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _check_port_free(port: int) -> None:
+    """Fail fast, with a clear message, when a port the user chose is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZooKeeper binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ZooKeeperStartError(f"cannot use port {port} on 127.0.0.1: {exc}") from exc
 
 
 def srvr(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> str | None:
@@ -590,7 +599,12 @@ class ZooKeeperCluster:
             )
 
     def heal(self, timeout: float = 60.0) -> None:
-        """Resume paused nodes, restart dead ones, and wait for a writable quorum."""
+        """Resume paused nodes, restart dead ones; return once all serve and one leads.
+
+        A resumed ex-leader goes on calling itself leader until it notices it has no
+        followers, so a writable quorum alone is not "healed": every node must also
+        serve, with exactly one leader.
+        """
         deadline = time.monotonic() + timeout
         for i in range(self._size):
             if self.is_paused(i):
@@ -599,6 +613,14 @@ class ZooKeeperCluster:
             if not self.is_alive(i):
                 self.restart(i, timeout=max(1.0, deadline - time.monotonic()))
         self.wait_quorum(max(1.0, deadline - time.monotonic()))
+        while True:
+            modes = [self.node_mode(i) for i in range(self._size)]
+            leaders = sum(m in ("leader", "standalone") for m in modes)
+            if None not in modes and leaders == 1:
+                return
+            if time.monotonic() >= deadline:
+                raise ZooKeeperUnavailableError(f"the nodes did not settle; modes: {modes}")
+            time.sleep(0.05)
 
     # ---- internals
 
@@ -640,6 +662,7 @@ class ZooKeeperCluster:
         assert self._base_dir is not None
         ports = free_ports(3 * self._size)
         if self._first_client_port is not None:
+            _check_port_free(self._first_client_port)
             ports = [p for p in ports if p != self._first_client_port]
             ports.insert(0, self._first_client_port)
         nodes = []
@@ -733,7 +756,7 @@ class ZooKeeperCluster:
                 if not node.alive():
                     code = node.proc.returncode if node.proc is not None else None
                     if _bind_failed(node):
-                        raise _BindFailure(node.index)
+                        raise _BindFailure(node)
                     raise ZooKeeperStartError(
                         f"ZooKeeper node {node.index} (port {node.client_port}) exited with "
                         f"code {code} while starting; log {node.log_path}:\n{node.log_tail()}"
@@ -766,8 +789,12 @@ class ZooKeeperCluster:
 class _BindFailure(ZooKeeperStartError):
     """A node could not bind one of its ports (taken after we probed it)."""
 
-    def __init__(self, index: int) -> None:
-        super().__init__(f"ZooKeeper node {index} could not bind its ports")
+    def __init__(self, node: _Node) -> None:
+        super().__init__(
+            f"ZooKeeper node {node.index} could not bind its ports (client {node.client_port}, "
+            f"peer {node.peer_port}, election {node.election_port}): another process holds "
+            f"one; log {node.log_path}:\n{node.log_tail()}"
+        )
 
 
 def _probe_write(connect_string: str, deadline: float) -> str | None:
@@ -779,6 +806,8 @@ def _probe_write(connect_string: str, deadline: float) -> str | None:
     from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
 
+    from fencing.errors import FencingError
+    from fencing.membership import probe_write
     from nimbus.factory import make_kazoo_client
 
     last_error = "no attempt"
@@ -796,10 +825,10 @@ def _probe_write(connect_string: str, deadline: float) -> str | None:
                 elif not client.connected:  # kazoo reconnects by itself; poll for it
                     time.sleep(0.05)
                     continue
-                path = client.create(f"/zk-ready-{uuid.uuid4().hex}", b"", ephemeral=True)
-                client.delete(path)
+                # Through fencing/, the only writer: a scratch create+delete multi-op.
+                probe_write(client, timeout=max(0.5, min(remaining, 5.0)))
                 return None
-            except (KazooException, KazooTimeoutError) as exc:
+            except (KazooException, KazooTimeoutError, FencingError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
                 time.sleep(0.05)
     finally:
