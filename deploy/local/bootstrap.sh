@@ -13,7 +13,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "installing the package into .venv (first run only; log: .venv/install.log)..." >&2
+  if ! { .venv/bin/python -m pip install --upgrade pip &&
+         .venv/bin/python -m pip install -e '.[test]'; } > .venv/install.log 2>&1; then
+    tail -n 30 .venv/install.log >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
