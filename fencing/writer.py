@@ -10,7 +10,7 @@ anything, not even by a request kazoo queued and sent on a later session. A sepa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError, SessionExpiredError
@@ -19,13 +19,6 @@ from fencing import txn
 from fencing.errors import NotLeaderError, VersionConflictError, WriteOutcomeUnknown
 from fencing.ops import Check, Create, Delete, Op, SetData
 from fencing.token import LeadershipToken
-
-
-class Record(Protocol):
-    """A protobuf record (only what the writer needs of it)."""
-
-    def SerializeToString(self, *, deterministic: bool = ...) -> bytes: ...
-
 
 R = TypeVar("R")
 LeaderHint = Callable[[], str | None]

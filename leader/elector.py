@@ -240,14 +240,14 @@ class Elector:
             if self._stopping.is_set():
                 return
             if not reason.startswith("ZooKeeper connection SUSPENDED"):
-                self._abandon(lock)
+                self._release(lock)
                 return
             # Connection lost: wait to learn whether the session survived.
             if not self._wait_connected():
                 return
             if self._session_id() != session or not self._client.exists(lock_node):
                 self._note("session or lock node lost while disconnected; queueing again")
-                self._abandon(lock)
+                self._release(lock)
                 return
             current, _ = read_leader_epoch(self._client, self._s.root)
             if current is None or current.epoch != epoch or current.lock_node != lock_node:
@@ -319,11 +319,9 @@ class Elector:
         client_id = self._client.client_id
         return int(client_id[0]) if client_id else None
 
-    def _abandon(self, lock: Lock) -> None:
-        """Drop a lock whose node is gone (kazoo keeps believing it holds it)."""
-        self._release(lock)
-
     def _release(self, lock: Lock | None) -> None:
+        """Leave the queue; also drops a lock whose node is already gone (kazoo would
+        keep believing it holds it)."""
         if lock is None:
             return
         try:

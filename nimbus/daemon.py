@@ -127,14 +127,3 @@ class NimbusDaemon:
 
     def _on_state(self, state: str) -> None:
         self.health.refresh()
-
-
-def serve_forever(daemon: NimbusDaemon, stop: threading.Event) -> None:
-    daemon.start()
-    try:
-        stop.wait()
-    finally:
-        daemon.stop()
-
-
-__all__ = ["NimbusDaemon", "serve_forever"]
