@@ -48,7 +48,7 @@ class LeaderCache:
         self._client = client
         self._paths = Paths(root)
         self._guard = threading.Lock()
-        self._changed = threading.Condition(self._guard)
+        self._changed = threading.Condition()  # its own lock: predicates read under _guard
         self._epoch_record: records.LeaderEpoch | None = None
         self._lock_children: frozenset[str] = frozenset()
         self._nimbuses: dict[str, records.NimbusSummary] = {}
@@ -77,14 +77,7 @@ class LeaderCache:
     def wait_for(self, predicate: Callable[[LeaderCache], bool], timeout: float) -> bool:
         """Block until ``predicate(self)`` holds after a change (or now); False on timeout."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._eval(predicate), timeout)
-
-    def _eval(self, predicate: Callable[[LeaderCache], bool]) -> bool:
-        self._guard.release()
-        try:
-            return predicate(self)
-        finally:
-            self._guard.acquire()
+            return self._changed.wait_for(lambda: predicate(self), timeout)
 
     def _leader_locked(self) -> LeaderInfo | None:
         record = self._epoch_record

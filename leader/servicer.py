@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import NoReturn
 
 import grpc
@@ -29,14 +29,10 @@ class NimbusServicer(rpc.NimbusServicer):
         replica_id: str,
         elector: Elector,
         cache: LeaderCache,
-        start_monotonic: float,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._id = replica_id
         self._elector = elector
         self._cache = cache
-        self._start = start_monotonic
-        self._clock = clock
 
     # -- discovery (every replica) ------------------------------------------------------
 

@@ -67,7 +67,6 @@ class NimbusDaemon:
                 replica_id=config.replica_id,
                 elector=self.elector,
                 cache=self.cache,
-                start_monotonic=time.monotonic(),
             ),
             self.server,
         )
