@@ -52,6 +52,7 @@ class FencedWriter:
         self._client = client
         self._lease_valid = lease_valid
         self.token = token
+        self._check = Check(token.lock_node, -1)  # first op of every multi, made once
         self._timeout = timeout
         self._leader_hint = leader_hint
 
@@ -139,7 +140,7 @@ class FencedWriter:
             raise NotLeaderError(
                 f"not connected to ZooKeeper ({self._client.state})", leader=self._hint()
             )
-        fenced: list[Op] = [Check(self.token.lock_node, -1), *ops]
+        fenced: list[Op] = [self._check, *ops]
         try:
             results = txn.commit(self._client, fenced, timeout=self._timeout)
         except WriteOutcomeUnknown as e:
