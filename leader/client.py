@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -148,6 +148,52 @@ class NimbusClient:
                 raise
 
         return self._retrying(attempt)
+
+    def submit(
+        self,
+        header: pb.SubmitHeader,
+        chunks: Callable[[], Iterator[bytes]],
+        *,
+        timeout: float = 600.0,
+    ) -> pb.SubmitTopologyResponse:
+        """Stream a package to the leader: the header, then ``chunks()`` (re-made per attempt).
+
+        The header's ``client_request_id`` is filled in once and kept across retries.
+        """
+        if not header.client_request_id:
+            header.client_request_id = new_request_id()
+
+        def requests() -> Iterator[pb.SubmitTopologyRequest]:
+            yield pb.SubmitTopologyRequest(header=header)
+            for chunk in chunks():
+                yield pb.SubmitTopologyRequest(chunk=chunk)
+
+        def attempt() -> pb.SubmitTopologyResponse:
+            address = self._leader or self._find_leader().replica_id
+            try:
+                reply: pb.SubmitTopologyResponse = self._stub(address).SubmitTopology(
+                    requests(), timeout=timeout
+                )
+            except grpc.RpcError as e:
+                self._handle_leader_error(address, e)
+                raise
+            return reply
+
+        return self._retrying(attempt)
+
+    def describe(self, name: str) -> pb.TopologyDetail:
+        def ask() -> pb.TopologyDetail:
+            address = self._leader or self._find_leader().replica_id
+            try:
+                reply: pb.TopologyDetail = self._stub(address).GetTopology(
+                    pb.GetTopologyRequest(name=name), timeout=self._call_timeout
+                )
+            except grpc.RpcError as e:
+                self._handle_leader_error(address, e)
+                raise
+            return reply
+
+        return self._retrying(ask)
 
     # -- internals ----------------------------------------------------------------------
 

@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import NoReturn, Protocol, TypeVar
 
 import grpc
 
+from fencing import NotLeaderError
 from leader.discovery import LeaderCache
 from leader.elector import Elector
 from nimbus.api import pb, records, rpc
+from nimbus.apierror import ApiError
+
+T = TypeVar("T")
 
 LEADER_METADATA_KEY = "nimbus-leader"
 LEADER_EPOCH_METADATA_KEY = "nimbus-leader-epoch"
+
+
+class TopologyApi(Protocol):
+    """What the daemon provides for topology calls; errors are ``ApiError``."""
+
+    def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse: ...
+
+    def list_topologies(self) -> pb.ListTopologiesResponse: ...
+
+    def describe(self, name: str) -> pb.TopologyDetail: ...
+
+    def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]: ...
 
 
 class NimbusServicer(rpc.NimbusServicer):
@@ -29,10 +45,12 @@ class NimbusServicer(rpc.NimbusServicer):
         replica_id: str,
         elector: Elector,
         cache: LeaderCache,
+        api: TopologyApi | None = None,
     ) -> None:
         self._id = replica_id
         self._elector = elector
         self._cache = cache
+        self._api = api
 
     # -- discovery (every replica) ------------------------------------------------------
 
@@ -88,39 +106,47 @@ class NimbusServicer(rpc.NimbusServicer):
     def SubmitTopology(
         self, request_iterator: Iterator[pb.SubmitTopologyRequest], context: grpc.ServicerContext
     ) -> pb.SubmitTopologyResponse:
-        self._leader_only(context)
+        self._require_leader(context)
+        api = self._require_api(context, "SubmitTopology")
+        return self._call(context, lambda: api.submit(request_iterator))
 
     def KillTopology(
         self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._leader_only(context)
+        self._require_leader(context)
+        self._not_yet(context, "KillTopology")
 
     def ActivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._leader_only(context)
+        self._require_leader(context)
+        self._not_yet(context, "ActivateTopology")
 
     def DeactivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._leader_only(context)
+        self._require_leader(context)
+        self._not_yet(context, "DeactivateTopology")
 
     def RebalanceTopology(
         self, request: pb.RebalanceTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._leader_only(context)
+        self._require_leader(context)
+        self._not_yet(context, "RebalanceTopology")
 
-    # -- not yet built (later issues) ---------------------------------------------------
+    # -- every replica -------------------------------------------------------------------
 
     def ListTopologies(
         self, request: pb.ListTopologiesRequest, context: grpc.ServicerContext
     ) -> pb.ListTopologiesResponse:
-        self._not_yet(context, "ListTopologies")
+        api = self._require_api(context, "ListTopologies")
+        return self._call(context, api.list_topologies)
 
     def GetTopology(
         self, request: pb.GetTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyDetail:
-        self._not_yet(context, "GetTopology")
+        api = self._require_api(context, "GetTopology")
+        return self._call(context, lambda: api.describe(request.name))
 
     def GetClusterSummary(
         self, request: pb.GetClusterSummaryRequest, context: grpc.ServicerContext
@@ -130,7 +156,14 @@ class NimbusServicer(rpc.NimbusServicer):
     def DownloadCode(
         self, request: pb.DownloadCodeRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.CodeChunk]:
-        self._not_yet(context, "DownloadCode")
+        api = self._require_api(context, "DownloadCode")
+        chunks: Iterator[pb.CodeChunk] = self._call(
+            context, lambda: api.download(request.digest, request.offset)
+        )
+        try:
+            yield from chunks
+        except ApiError as e:
+            context.abort(e.code, e.message)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -141,30 +174,46 @@ class NimbusServicer(rpc.NimbusServicer):
                 f"replica {self._id} has no recent word from ZooKeeper; ask another replica",
             )
 
-    def _leader_only(self, context: grpc.ServicerContext) -> NoReturn:
+    def _call(self, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+        """Run ``fn``; its ``ApiError`` becomes the status, lost leadership a redirect."""
+        try:
+            return fn()
+        except ApiError as e:
+            context.abort(e.code, e.message)
+        except NotLeaderError:
+            self._redirect(context)
+
+    def _require_api(self, context: grpc.ServicerContext, name: str) -> TopologyApi:
+        if self._api is None:
+            self._not_yet(context, name)
+        return self._api
+
+    def _require_leader(self, context: grpc.ServicerContext) -> None:
         if not self._elector.is_leader():
-            leader = self._cache.leader() if self._elector.lease.valid() else None
-            if leader is not None and leader.address != self._id:
-                context.set_trailing_metadata(
-                    (
-                        (LEADER_METADATA_KEY, leader.address),
-                        (LEADER_EPOCH_METADATA_KEY, str(leader.epoch)),
-                    )
+            self._redirect(context)
+
+    def _redirect(self, context: grpc.ServicerContext) -> NoReturn:
+        leader = self._cache.leader() if self._elector.lease.valid() else None
+        if leader is not None and leader.address != self._id:
+            context.set_trailing_metadata(
+                (
+                    (LEADER_METADATA_KEY, leader.address),
+                    (LEADER_EPOCH_METADATA_KEY, str(leader.epoch)),
                 )
-                context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{self._id} is not the leader; the leader is {leader.address} "
-                    f"(epoch {leader.epoch})",
-                )
+            )
             context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                f"{self._id} is not the leader and no leader is known right now",
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{self._id} is not the leader; the leader is {leader.address} "
+                f"(epoch {leader.epoch})",
             )
         context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "topology lifecycle calls are not built yet (the lifecycle issue adds them)",
+            grpc.StatusCode.UNAVAILABLE,
+            f"{self._id} is not the leader and no leader is known right now",
         )
+        raise AssertionError("unreachable: abort raises")
 
     @staticmethod
     def _not_yet(context: grpc.ServicerContext, name: str) -> NoReturn:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not built yet")
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, f"{name} is not built yet (a later issue adds it)"
+        )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nimbus import cmd_leader, cmd_local, cmd_serve, cmd_zookeeper
+from nimbus import cmd_leader, cmd_local, cmd_serve, cmd_topology, cmd_zookeeper
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_serve.register(sub)
     cmd_leader.register(sub)
+    cmd_topology.register(sub)
     cmd_local.register(sub)
     cmd_zookeeper.register(sub)
     return parser

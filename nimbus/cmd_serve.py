@@ -24,6 +24,19 @@ def register(sub: Any) -> None:
     add_env_flag(p, "--advertise", default="", help="address peers and clients use")
     add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
     add_env_flag(p, "--code-dir", default="nimbus-code", help="local code store folder")
+    add_env_flag(p, "--replicas", type=int, default=1, help="replicas the operator runs")
+    add_env_flag(
+        p, "--min-replicas", type=int, default=0,
+        help="replicas that must hold a package before a submit is acknowledged "
+        "(default: 2 when --replicas > 1, else 1)",
+    )  # fmt: skip
+    add_env_flag(p, "--replication-wait", type=float, default=30.0, help="seconds")
+    add_env_flag(
+        p, "--code-wait", type=float, default=60.0,
+        help="seconds a topology whose code no replica holds may block an election",
+    )  # fmt: skip
+    add_env_flag(p, "--sync-interval", type=float, default=1.0, help="seconds between passes")
+    add_env_flag(p, "--max-package-mib", type=float, default=64.0, help="upload size limit")
     add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
     p.set_defaults(func=run)
 
@@ -42,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
             advertise=args.advertise,
             session_timeout=float(args.session_timeout),
             code_dir=Path(args.code_dir),
+            replicas=int(args.replicas),
+            min_replicas=int(args.min_replicas),
+            replication_wait=float(args.replication_wait),
+            code_wait=float(args.code_wait),
+            sync_interval=float(args.sync_interval),
+            max_package_mib=float(args.max_package_mib),
         )
         daemon = NimbusDaemon(config)
     except (NimbusError, OSError) as e:

@@ -35,6 +35,13 @@ class NimbusConfig:
     session_timeout: float = 10.0
     code_dir: Path = field(default_factory=lambda: Path("nimbus-code"))
     connect_timeout: float = 30.0
+    replicas: int = 1  # how many replicas the operator runs; sets the min_replicas default
+    min_replicas: int = 0  # 0: 2 when replicas > 1, else 1
+    replication_wait: float = 30.0
+    code_wait: float = 60.0
+    sync_interval: float = 1.0
+    max_package_mib: float = 64.0
+    gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
 
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
@@ -58,6 +65,27 @@ class NimbusConfig:
             raise ConfigError(
                 f"--session-timeout must be between 1 and 120 seconds, got {self.session_timeout}"
             )
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.min_replicas == 0:
+            object.__setattr__(self, "min_replicas", 2 if self.replicas > 1 else 1)
+        if not 1 <= self.min_replicas <= max(self.replicas, 1):
+            raise ConfigError(
+                f"--min-replicas ({self.min_replicas}) must be between 1 and --replicas "
+                f"({self.replicas}): a submission could never be acknowledged"
+            )
+        if self.replication_wait <= 0 or self.code_wait <= 0 or self.sync_interval <= 0:
+            raise ConfigError("--replication-wait, --code-wait and --sync-interval must be > 0")
+        if not 0 < self.max_package_mib <= 1024:
+            raise ConfigError(f"--max-package-mib must be in (0, 1024], got {self.max_package_mib}")
+        if self.gc_grace == 0:
+            object.__setattr__(self, "gc_grace", 2 * self.replication_wait + 60.0)
+        if self.gc_grace <= self.replication_wait:
+            raise ConfigError(
+                f"code GC grace ({self.gc_grace}s) must exceed the replication wait "
+                f"({self.replication_wait}s), or a submission still waiting for replicas "
+                "could lose its code"
+            )
         if self.connect_timeout < self.session_timeout:
             raise ConfigError(
                 f"connect timeout ({self.connect_timeout}s) must be at least the session "
@@ -67,6 +95,10 @@ class NimbusConfig:
     @property
     def replica_id(self) -> str:
         return self.advertise
+
+    @property
+    def max_package_bytes(self) -> int:
+        return int(self.max_package_mib * 1024 * 1024)
 
     @property
     def lease_duration(self) -> float:

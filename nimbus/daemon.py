@@ -15,7 +15,9 @@ from grpc_health.v1 import health_pb2_grpc
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 
-from code_sync.gate import LocalCodeGate
+from code_sync.duty import CodeMissingDuty
+from code_sync.store import CodeStore
+from code_sync.syncer import CodeSyncer
 from fencing import FencedWriter, LeadershipToken, ensure_folders
 from leader.discovery import LeaderCache
 from leader.elector import Elector, ElectorSettings
@@ -27,6 +29,8 @@ from nimbus.api import rpc
 from nimbus.config import NimbusConfig
 from nimbus.errors import ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
+from nimbus.submission import Submitter
+from nimbus.topology_api import DaemonTopologyApi
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,19 @@ class NimbusDaemon:
             config.zookeeper, session_timeout=config.session_timeout
         )
         self.cache = LeaderCache(self.client, config.root)
-        gate = has_all_code or LocalCodeGate(self.client, config.root, config.code_dir)
+        self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
+        self.syncer = CodeSyncer(
+            self.client,
+            config.root,
+            config.replica_id,
+            self.store,
+            interval=config.sync_interval,
+            gc_grace=config.gc_grace,
+            code_wait=config.code_wait,
+            on_change=self._code_changed,
+        )
+        gate = has_all_code or self.syncer.has_all_code
+        self._writer: FencedWriter | None = None
         self.elector = Elector(
             self.client,
             ElectorSettings(
@@ -59,6 +75,7 @@ class NimbusDaemon:
             config.replica_id,
             start_time_ms=int(time.time() * 1000),
             timeout=config.session_timeout,
+            sync_lag=lambda: self.syncer.lag,
         )
         self.health = NimbusHealth(connected=self._connected, is_leader=self.elector.is_leader)
         self.server, self.port = make_grpc_server(config.listen)
@@ -67,6 +84,12 @@ class NimbusDaemon:
                 replica_id=config.replica_id,
                 elector=self.elector,
                 cache=self.cache,
+                api=DaemonTopologyApi(
+                    self.client,
+                    config.root,
+                    self.store,
+                    Submitter(self.client, config, self.store, current_writer=self._current_writer),
+                ),
             ),
             self.server,
         )
@@ -90,6 +113,8 @@ class NimbusDaemon:
         self.cache.start()
         self.registry.start()
         self.server.start()
+        self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
+        self.syncer.start()
         self.elector.start()
         log.info("replica %s serving gRPC on port %d", self.config.replica_id, self.port)
 
@@ -99,6 +124,7 @@ class NimbusDaemon:
             return
         self._stopped.set()
         self.elector.stop()
+        self.syncer.stop()
         self.health.refresh()
         self.registry.stop()
         self.server.stop(grace).wait(grace + 1)
@@ -114,13 +140,31 @@ class NimbusDaemon:
         leader = self.cache.leader()
         return leader.address if leader else None
 
+    def _current_writer(self) -> FencedWriter | None:
+        writer = self._writer
+        return writer if writer is not None and self.elector.is_leader() else None
+
+    def _code_changed(self) -> None:
+        self.registry.refresh()
+        self.elector.code_changed()
+
     def _elected(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
         log.info("leading with epoch %d", epoch)
+        self._writer = writer
+        CodeMissingDuty(
+            self.client,
+            self.config.root,
+            self.config.replica_id,
+            self.syncer,
+            writer,
+            interval=self.config.sync_interval,
+        ).start()
         self.registry.set_role(is_leader=True, epoch=epoch)
         self.health.refresh()
 
     def _deposed(self, reason: str) -> None:
         log.warning("no longer leading: %s", reason)
+        self._writer = None
         self.registry.set_role(is_leader=False, epoch=self.elector.epoch)
         self.health.refresh()
 

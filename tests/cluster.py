@@ -36,7 +36,9 @@ class Replica:
         session_timeout: float = 2.0,
         port: int | None = None,
         code_dir: Path | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
+        self.extra = extra
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.zookeeper = zookeeper
@@ -52,7 +54,7 @@ class Replica:
             sys.executable, "-m", "nimbus.cli", "serve",
             "--zookeeper", self.zookeeper, "--root", self.root,
             "--listen", self.address, "--session-timeout", str(self.session_timeout),
-            "--code-dir", str(self.code_dir),
+            "--code-dir", str(self.code_dir), *self.extra,
         ]  # fmt: skip
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)

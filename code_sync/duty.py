@@ -1,0 +1,112 @@
+"""Leader-only: mark topologies whose code is gone CODE_MISSING, and revive them.
+
+Runs while the leader's token is alive. A topology no live replica has held for longer
+than ``code_wait`` did not block the election (see ``CodeSyncer.missing``); here the
+leader records that, fenced: status CODE_MISSING plus an error under
+``/errors/<id>/nimbus``. It never disappears, and once a replica with its code returns
+(the leader syncs it like any replica) it is ACTIVE again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from code_sync.state import read_storms
+from code_sync.syncer import CodeSyncer
+from fencing import (
+    Create,
+    Delete,
+    FencedWriter,
+    FencingError,
+    NotLeaderError,
+    ensure_folders,
+    stamp_epoch,
+)
+from leader.paths import Paths
+from nimbus.api import records
+
+log = logging.getLogger(__name__)
+
+ERRORS_KEPT = 10
+COMPONENT = "nimbus"
+
+
+class CodeMissingDuty:
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        replica_id: str,
+        syncer: CodeSyncer,
+        writer: FencedWriter,
+        *,
+        interval: float,
+    ) -> None:
+        self._client = client
+        self._paths = Paths(root)
+        self._id = replica_id
+        self._syncer = syncer
+        self._writer = writer
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, name="code-missing", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def run_once(self) -> list[str]:
+        """One pass; returns the changes made, in words."""
+        changes: list[str] = []
+        self._syncer.missing()  # refreshes how long each topology has had no holder
+        for topology_id, base in sorted(read_storms(self._client, self._paths).items()):
+            held = bool(base.digest) and self._syncer.store.has(base.digest)
+            if base.status != records.CODE_MISSING and not held:
+                if self._syncer.code_abandoned(topology_id):
+                    self._set_status(topology_id, records.CODE_MISSING)
+                    self._record_error(
+                        topology_id,
+                        f"no live replica has held the code of {topology_id} "
+                        f"(digest {base.digest[:12]}); marked CODE_MISSING",
+                    )
+                    changes.append(f"{topology_id}: CODE_MISSING")
+            elif base.status == records.CODE_MISSING and held:
+                self._set_status(topology_id, records.ACTIVE)
+                changes.append(f"{topology_id}: ACTIVE again")
+        return changes
+
+    def _set_status(self, topology_id: str, status: int) -> None:
+        def mutate(base: records.StormBase) -> None:
+            base.status = status  # type: ignore[assignment]
+
+        self._writer.update_record(
+            self._paths.storm(topology_id), records.StormBase.FromString, mutate
+        )
+
+    def _record_error(self, topology_id: str, message: str) -> None:
+        folder = f"{self._paths.errors}/{topology_id}/{COMPONENT}"
+        ensure_folders(self._client, [folder])
+        error = records.ErrorInfo(
+            component=COMPONENT, message=message, time_ms=int(time.time() * 1000), host=self._id
+        )
+        stamp_epoch(error, self._writer.token.epoch)
+        self._writer.batch(
+            [Create(f"{folder}/e", error.SerializeToString(deterministic=True), sequence=True)]
+        )
+        old = sorted(self._client.get_children(folder))[:-ERRORS_KEPT]
+        if old:  # keep the last ten, as Storm does; one multi-op
+            self._writer.batch([Delete(f"{folder}/{name}") for name in old])
+
+    def _run(self) -> None:
+        token = self._writer.token
+        while not token.wait(self._interval):
+            try:
+                for change in self.run_once():
+                    log.warning("code duty: %s", change)
+            except NotLeaderError:
+                return
+            except (FencingError, KazooException) as e:
+                log.info("code duty pass failed: %s", e)

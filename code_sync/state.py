@@ -1,0 +1,68 @@
+"""Reads of the ZooKeeper state code distribution cares about (never writes)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from leader.paths import Paths
+from nimbus.api import records
+
+log = logging.getLogger(__name__)
+
+
+def read_storms(client: KazooClient, paths: Paths) -> dict[str, records.StormBase]:
+    """Every topology in ``/storms``; a damaged record is reported and skipped."""
+    try:
+        ids = client.get_children(paths.storms)
+    except NoNodeError:
+        return {}
+    storms: dict[str, records.StormBase] = {}
+    for topology_id in ids:
+        try:
+            data, _ = client.get(paths.storm(topology_id))
+            storms[topology_id] = records.StormBase.FromString(data)
+        except NoNodeError:
+            continue
+        except DecodeError:
+            log.warning("skipping damaged record %s", paths.storm(topology_id))
+    return storms
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Who holds a topology's code, as registered under ``/code-distributor/<id>``."""
+
+    digest: str  # from the holders' nodes ("" when nobody is registered)
+    replicas: tuple[str, ...]
+
+
+def read_holders(client: KazooClient, paths: Paths) -> dict[str, Holders]:
+    try:
+        ids = client.get_children(paths.code_distributor)
+    except NoNodeError:
+        return {}
+    result: dict[str, Holders] = {}
+    for topology_id in ids:
+        result[topology_id] = read_holders_of(client, paths, topology_id)
+    return result
+
+
+def read_holders_of(client: KazooClient, paths: Paths, topology_id: str) -> Holders:
+    try:
+        replicas = sorted(client.get_children(paths.code_holders(topology_id)))
+    except NoNodeError:
+        return Holders("", ())
+    digest = ""
+    for replica in replicas:
+        try:
+            data, _ = client.get(paths.code_holder(topology_id, replica))
+        except NoNodeError:
+            continue
+        digest = data.decode("ascii", errors="replace")
+        break
+    return Holders(digest, tuple(replicas))

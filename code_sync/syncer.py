@@ -1,0 +1,270 @@
+"""Code sync on every replica: hold a verified copy of every topology's package.
+
+Watches ``/storms`` and ``/code-distributor``; each pass reads both afresh and, for each
+topology whose package this replica lacks, downloads it from a replica registered as a
+holder (the next holder on failure; tenacity backs off with jitter between rounds),
+verifies the digest, stores it and registers ``/code-distributor/<id>/<self>``. Packages
+no topology references any more are removed after a grace period longer than the
+replication wait, so a submission still waiting for replicas never loses its code.
+
+It also answers the elector's code gate (``has_all_code``), from a fresh ZooKeeper read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.recipe.watchers import ChildrenWatch
+from tenacity import RetryError, Retrying, stop_after_attempt, wait_random_exponential
+
+from code_sync.errors import CodeSyncError, PackageRejected, StoreError
+from code_sync.peer import fetch_from_peer
+from code_sync.state import Holders, read_holders, read_storms
+from code_sync.store import CodeStore
+from fencing import FencingError, Membership
+from leader.paths import Paths
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[str, str], Iterator[bytes]]
+
+
+@dataclass
+class SyncReport:
+    """What one pass did; the daemon logs it and tests assert on it."""
+
+    downloaded: list[str] = field(default_factory=list)
+    registered: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # topologies in /storms we still lack
+
+
+class CodeSyncer:
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        replica_id: str,
+        store: CodeStore,
+        *,
+        interval: float,
+        gc_grace: float,
+        code_wait: float,
+        download_timeout: float = 300.0,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._paths = Paths(root)
+        self._id = replica_id
+        self.store = store
+        self._membership = Membership(client, replica_id, timeout=10.0)
+        self._interval = interval
+        self._gc_grace = gc_grace
+        self._code_wait = code_wait
+        self._fetch: Fetch = fetch or (
+            lambda address, digest: fetch_from_peer(address, digest, timeout=download_timeout)
+        )
+        self._clock = clock
+        self._on_change = on_change
+        self._unreferenced_since: dict[str, float] = {}
+        self._orphan_since: dict[str, float] = {}
+        self._holderless_since: dict[str, float] = {}
+        self._lag = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pass_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="code-sync", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ChildrenWatch(self._client, self._paths.storms, self._poke)
+        ChildrenWatch(self._client, self._paths.code_distributor, self._poke)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def poke(self) -> None:
+        """Run a pass now (e.g. the leader just registered a new package)."""
+        self._wake.set()
+
+    @property
+    def lag(self) -> int:
+        """Topologies in ``/storms`` whose code this replica lacked at the last pass."""
+        return self._lag
+
+    # -- the gate ---------------------------------------------------------------------------
+
+    def missing(self) -> list[str]:
+        """Topologies that block leadership: in ``/storms`` (read now), code not held here.
+
+        A topology whose code no live replica has held for longer than ``code_wait`` does
+        not block (Storm's STORM-3664: a cluster must always be able to elect); the
+        leader then marks it CODE_MISSING.
+        """
+        storms = read_storms(self._client, self._paths)
+        blocking: list[str] = []
+        now = self._clock()
+        for topology_id, base in sorted(storms.items()):
+            if base.digest and self.store.has(base.digest):
+                self._holderless_since.pop(topology_id, None)
+                continue
+            holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
+            if holders:
+                self._holderless_since.pop(topology_id, None)
+                blocking.append(topology_id)
+                continue
+            since = self._holderless_since.setdefault(topology_id, now)
+            if now - since < self._code_wait:
+                blocking.append(topology_id)
+        return blocking
+
+    def has_all_code(self) -> bool:
+        return not self.missing()
+
+    def code_abandoned(self, topology_id: str) -> bool:
+        """True once no replica has held this topology's code for longer than ``code_wait``."""
+        since = self._holderless_since.get(topology_id)
+        return since is not None and self._clock() - since >= self._code_wait
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    def sync_once(self) -> SyncReport:
+        with self._pass_lock:
+            return self._sync_once()
+
+    def _sync_once(self) -> SyncReport:
+        report = SyncReport()
+        storms = read_storms(self._client, self._paths)
+        holders = read_holders(self._client, self._paths)
+        wanted: dict[str, str] = {tid: base.digest for tid, base in storms.items() if base.digest}
+        for tid, h in holders.items():
+            if tid not in wanted and h.digest:
+                wanted[tid] = h.digest  # a submission still gathering replicas
+        for topology_id, digest in sorted(wanted.items()):
+            if self._stop.is_set():
+                break
+            held = holders.get(topology_id, Holders("", ()))
+            if not self.store.has(digest):
+                peers = [r for r in held.replicas if r != self._id]
+                error = self._download(topology_id, digest, peers)
+                if error is not None:
+                    report.failed[topology_id] = error
+                    if topology_id in storms:
+                        report.missing.append(topology_id)
+                    continue
+                report.downloaded.append(topology_id)
+            if self._id not in held.replicas:
+                try:
+                    self._membership.register(
+                        self._paths.code_holder(topology_id, self._id), digest.encode()
+                    )
+                    report.registered.append(topology_id)
+                except (FencingError, KazooException) as e:
+                    report.failed[topology_id] = f"could not register: {e}"
+        self._collect(storms.keys(), holders, set(wanted.values()), report)
+        lag = len(report.missing)
+        if lag != self._lag or report.downloaded or report.registered:
+            self._lag = lag
+            if self._on_change is not None:
+                self._on_change()
+        return report
+
+    def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
+        """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
+        if not holders:
+            return "no replica holds this package"
+        last: list[str] = []
+
+        def one_round() -> None:
+            for holder in holders:
+                try:
+                    self.store.write(self._fetch(holder, digest), expected_digest=digest)
+                    log.info("fetched %s (%s) from %s", topology_id, digest[:12], holder)
+                    return
+                except StoreError:
+                    raise  # local disk trouble: no other holder helps now
+                except (PackageRejected, CodeSyncError, grpc.RpcError, OSError) as e:
+                    last.append(f"{holder}: {e}")
+            raise CodeSyncError("; ".join(last[-len(holders) :]))
+
+        try:
+            Retrying(
+                stop=stop_after_attempt(3),
+                wait=wait_random_exponential(multiplier=0.1, max=1.0),
+                reraise=True,
+            )(one_round)
+        except StoreError as e:
+            return f"local store: {e}"
+        except (CodeSyncError, RetryError) as e:
+            return str(e)
+        return None
+
+    def _collect(
+        self,
+        live_ids: Iterable[str],
+        holders: dict[str, Holders],
+        referenced: set[str],
+        report: SyncReport,
+    ) -> None:
+        now = self._clock()
+        for digest in self.store.digests():
+            if digest in referenced:
+                self._unreferenced_since.pop(digest, None)
+                continue
+            since = self._unreferenced_since.setdefault(digest, now)
+            if now - since >= self._gc_grace:
+                self.store.remove(digest)
+                self._unreferenced_since.pop(digest, None)
+                report.removed.append(digest)
+        live = set(live_ids)
+        for topology_id, held in holders.items():
+            if topology_id in live or self._id not in held.replicas:
+                self._orphan_since.pop(topology_id, None)
+                continue
+            since = self._orphan_since.setdefault(topology_id, now)
+            if now - since >= self._gc_grace:
+                try:
+                    self._membership.unregister(self._paths.code_holder(topology_id, self._id))
+                except (FencingError, KazooException) as e:
+                    log.info("could not drop code-distributor node of %s: %s", topology_id, e)
+                self._orphan_since.pop(topology_id, None)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _read_holder_names(self, topology_id: str) -> list[str]:
+        try:
+            names: list[str] = self._client.get_children(self._paths.code_holders(topology_id))
+        except KazooException:
+            return []
+        return names
+
+    def _poke(self, children: list[str]) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                report = self.sync_once()
+            except KazooException as e:
+                log.info("code sync pass interrupted by ZooKeeper: %s", type(e).__name__)
+                continue
+            if report.failed:
+                log.warning("code sync: %s", report.failed)

@@ -1,0 +1,35 @@
+"""Topology names and ids: what is allowed, and how ids are made (Storm's format)."""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+
+from nimbus.apierror import ApiError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name) or name in (".", ".."):
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"invalid topology name {name!r}: use 1-128 of A-Z a-z 0-9 . _ - (not '.' or '..')",
+        )
+    return name
+
+
+def check_digest(digest: str) -> str:
+    if not DIGEST_RE.match(digest):
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"invalid digest {digest!r}: expected 64 lowercase hex characters (SHA-256)",
+        )
+    return digest
+
+
+def topology_id(name: str, counter: int, now_s: int) -> str:
+    """``<name>-<counter>-<timestamp>``, as Storm makes them."""
+    return f"{name}-{counter}-{now_s}"

@@ -1,0 +1,205 @@
+"""Accepting a topology: store the package, gather replicas, then publish it, fenced.
+
+The order is what makes an acknowledged topology impossible to lose: the leader stores
+the package, registers itself as a holder, waits until ``min_replicas`` replicas hold a
+verified copy (bounded, re-checking leadership), and only then writes ``/storms/<id>``
+and ``/names/<name>`` in one fenced multi-op. The call is answered after that write.
+If anything fails before it, the holder registrations are removed and nothing refers to
+the package; the code itself is collected after the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.recipe.watchers import ChildrenWatch
+
+from code_sync.errors import PackageRejected, StoreError
+from code_sync.store import CodeStore
+from fencing import (
+    Create,
+    FencedWriter,
+    Membership,
+    NotLeaderError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+    stamp_epoch,
+)
+from leader.paths import Paths
+from nimbus.api import pb, records
+from nimbus.apierror import ApiError
+from nimbus.config import NimbusConfig
+from nimbus.names import check_digest, check_name, topology_id
+
+log = logging.getLogger(__name__)
+
+CurrentWriter = Callable[[], FencedWriter | None]
+
+
+class Submitter:
+    def __init__(
+        self,
+        client: KazooClient,
+        config: NimbusConfig,
+        store: CodeStore,
+        *,
+        current_writer: CurrentWriter,
+        wall_s: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._paths = Paths(config.root)
+        self._store = store
+        self._current_writer = current_writer
+        self._membership = Membership(client, config.replica_id, timeout=config.session_timeout)
+        self._wall_s = wall_s
+        self._counter = 0
+        self._counter_lock = threading.Lock()
+
+    def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
+        writer = self._writer()
+        header = self._header(requests)
+        name = check_name(header.name)
+        check_digest(header.expected_digest)
+        if header.package_size > self._config.max_package_bytes:
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"package is {header.package_size / 2**20:.1f} MiB, over the "
+                f"{self._config.max_package_mib:.1f} MiB limit",
+            )
+        if self._client.exists(self._paths.name(name)):
+            raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live")
+        chunks = (r.chunk for r in requests if r.WhichOneof("item") == "chunk")
+        try:
+            stored = self._store.write(
+                chunks,
+                expected_digest=header.expected_digest,
+                expected_size=header.package_size or None,
+            )
+        except PackageRejected as e:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"package rejected: {e}") from e
+        except StoreError as e:
+            raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"cannot store: {e}") from e
+        new_id = self._new_id(name)
+        own_node = self._paths.code_holder(new_id, self._config.replica_id)
+        self._membership.register(own_node, stored.digest.encode())
+        try:
+            holders = self._await_replicas(new_id, writer)
+            base = records.StormBase(
+                name=name,
+                status=records.ACTIVE,
+                owner=header.owner,
+                digest=stored.digest,
+                launch_time_ms=int(self._wall_s() * 1000),
+                num_workers=max(header.num_workers, 1),
+                config_json=header.config_json,
+                package_size=stored.size,
+                client_request_id=header.client_request_id,
+            )
+            stamp_epoch(base, writer.token.epoch)
+            writer.batch(
+                [
+                    Create(self._paths.storm(new_id), base.SerializeToString(deterministic=True)),
+                    Create(self._paths.name(name), new_id.encode()),
+                ]
+            )
+        except WriteOutcomeUnknown as e:
+            # It may have landed: leave the registrations; GC or a read-back settles it.
+            raise ApiError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"lost ZooKeeper while publishing {new_id}; its outcome is unknown, "
+                f"check with `nimbus describe {name}`",
+            ) from e
+        except WriteConflictError as e:
+            self._abandon(new_id, own_node, writer)
+            raise ApiError(
+                grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live"
+            ) from e
+        except BaseException:
+            self._abandon(new_id, own_node, writer)
+            raise
+        log.info("accepted %s (%s) held by %s", new_id, stored.digest[:12], ", ".join(holders))
+        return pb.SubmitTopologyResponse(
+            topology_id=new_id,
+            name=name,
+            epoch=writer.token.epoch,
+            digest=stored.digest,
+            code_replicas=holders,
+        )
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _writer(self) -> FencedWriter:
+        writer = self._current_writer()
+        if writer is None or writer.token.cancelled:
+            raise NotLeaderError("this replica is not the leader")
+        return writer
+
+    @staticmethod
+    def _header(requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitHeader:
+        first = next(requests, None)
+        if first is None or first.WhichOneof("item") != "header":
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "the first message of SubmitTopology must be the header",
+            )
+        return first.header
+
+    def _new_id(self, name: str) -> str:
+        with self._counter_lock:
+            while True:
+                self._counter += 1
+                candidate = topology_id(name, self._counter, int(self._wall_s()))
+                taken = self._client.exists(self._paths.storm(candidate)) or self._client.exists(
+                    self._paths.code_holders(candidate)
+                )
+                if not taken:
+                    return candidate
+
+    def _await_replicas(self, new_id: str, writer: FencedWriter) -> list[str]:
+        """Block until ``min_replicas`` replicas hold the package, leadership permitting."""
+        changed = threading.Event()
+        done = threading.Event()
+        current: list[str] = []
+
+        def on_children(children: list[str]) -> bool | None:
+            current[:] = children
+            changed.set()
+            return False if done.is_set() else None
+
+        ChildrenWatch(self._client, self._paths.code_holders(new_id), on_children)
+        deadline = time.monotonic() + self._config.replication_wait
+        try:
+            while len(current) < self._config.min_replicas:
+                if writer.token.cancelled:
+                    raise NotLeaderError(f"leadership ended ({writer.token.reason})")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ApiError(
+                        grpc.StatusCode.ABORTED,
+                        f"only {len(current)} of the required {self._config.min_replicas} "
+                        f"replicas hold the code after {self._config.replication_wait:g}s; "
+                        "the topology was not activated",
+                    )
+                changed.wait(min(remaining, 0.5))
+                changed.clear()
+            return sorted(current)
+        finally:
+            done.set()
+
+    def _abandon(self, new_id: str, own_node: str, writer: FencedWriter) -> None:
+        """Leave nothing half-made: drop every holder registration of ``new_id``."""
+        try:
+            writer.delete_recursive(self._paths.code_holders(new_id))
+        except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown, KazooException) as e:
+            log.info("could not remove holders of abandoned %s: %s", new_id, e)
+            try:
+                self._membership.unregister(own_node)
+            except Exception as inner:  # best effort; the node dies with the session
+                log.info("could not unregister %s: %s", own_node, inner)

@@ -1,0 +1,60 @@
+"""The daemon's topology calls: submit (leader), list, describe and download (any replica)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+from kazoo.client import KazooClient
+
+from code_sync.errors import PackageNotFound, StoreError
+from code_sync.store import CodeStore
+from nimbus import topologies
+from nimbus.api import pb
+from nimbus.apierror import ApiError
+from nimbus.names import check_digest
+from nimbus.submission import Submitter
+
+DOWNLOAD_CHUNK = 1024 * 1024
+
+
+class DaemonTopologyApi:
+    def __init__(
+        self, client: KazooClient, root: str, store: CodeStore, submitter: Submitter
+    ) -> None:
+        self._client = client
+        self._root = root
+        self._store = store
+        self._submitter = submitter
+
+    def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
+        return self._submitter.submit(requests)
+
+    def list_topologies(self) -> pb.ListTopologiesResponse:
+        return topologies.list_topologies(self._client, self._root)
+
+    def describe(self, name: str) -> pb.TopologyDetail:
+        return topologies.describe(self._client, self._root, name)
+
+    def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]:
+        check_digest(digest)
+        if offset < 0:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"negative offset {offset}")
+        if not self._store.has(digest):
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"this replica holds no package {digest}")
+        try:
+            total = self._store.size(digest)
+        except PackageNotFound as e:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"package {digest} is gone: {e}") from e
+        return self._stream(digest, offset, total)
+
+    def _stream(self, digest: str, offset: int, total: int) -> Iterator[pb.CodeChunk]:
+        position = offset
+        try:
+            for data in self._store.read_chunks(digest, chunk_size=DOWNLOAD_CHUNK, offset=offset):
+                yield pb.CodeChunk(data=data, offset=position, total_size=total, digest=digest)
+                position += len(data)
+        except PackageNotFound as e:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"package {digest} is gone: {e}") from e
+        except StoreError as e:
+            raise ApiError(grpc.StatusCode.DATA_LOSS, f"package {digest} is damaged: {e}") from e
