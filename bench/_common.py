@@ -11,6 +11,8 @@ import math
 import os
 import platform
 import re
+import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -205,3 +207,34 @@ def machine_facts() -> MachineFacts:
         java=java_version(),
         kernel=platform.release(),
     )
+
+
+# -- processes and ports (shared by benchmarks that start replicas) ---------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pdeathsig_prefix() -> list[str]:
+    """``setpriv --pdeathsig KILL --`` when available: a child dies with us even on kill -9.
+
+    Exec'ing through setpriv (same pid) rather than a ``preexec_fn``, which would run
+    Python in a forked child of a process full of gRPC threads.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not sys.platform.startswith("linux"):
+        return []
+    return [setpriv, "--pdeathsig", "KILL", "--"]
+
+
+def load_1min() -> float:
+    """The 1-minute load average, NaN where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")

@@ -3,12 +3,14 @@
 Starts a ZooKeeper (standalone, or ``--ensemble 3``) and ``--replicas`` Nimbus replicas as
 separate ``nimbus serve`` processes on loopback, waits until they agree on a leader and
 prints the cluster. With ``--demo`` it then stops the leader gracefully, shows the
-hand-over to a new epoch, and exits; without it, it runs until Ctrl-C or SIGTERM.
+hand-over to a new epoch (an example topology, submitted first, stays ACTIVE), and
+exits; without it, it runs until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from code_sync.package import make_package
 from leader.client import NimbusClient
 from nimbus.api import pb, records
 from nimbus.errors import NimbusError
@@ -43,12 +46,39 @@ def _print_cluster(client: NimbusClient) -> pb.GetLeaderAddressResponse:
     return leader
 
 
-def _start_replica(zk: str, port: int, workdir: Path, session: float) -> subprocess.Popen[bytes]:
+EXAMPLE_TOPOLOGY = b"""\"\"\"Example package made by `nimbus local --demo`.\"\"\"
+
+
+def build():
+    # The pipelines issue defines the spout/bolt API this returns.
+    return None
+"""
+
+
+def _submit_example(client: NimbusClient, workdir: Path) -> pb.SubmitTopologyResponse:
+    package = make_package({"topology.py": EXAMPLE_TOPOLOGY}, workdir / "example.zip")
+    data = package.read_bytes()
+    header = pb.SubmitHeader(
+        name="example", expected_digest=hashlib.sha256(data).hexdigest(), package_size=len(data)
+    )
+    return client.submit(header, lambda: iter([data]))
+
+
+def _describe(client: NimbusClient, name: str) -> None:
+    s = client.describe(name).summary
+    status = records.TopologyStatus.Name(s.status)
+    print(f"topology {s.id}: {status}, code held by {', '.join(s.code_replicas)}")
+
+
+def _start_replica(
+    zk: str, port: int, workdir: Path, session: float, replicas: int
+) -> subprocess.Popen[bytes]:
     log = (workdir / f"replica-{port}.log").open("ab")
     cmd = [
         sys.executable, "-m", "nimbus.cli", "serve", "--zookeeper", zk,
         "--listen", f"127.0.0.1:{port}", "--session-timeout", str(session),
-        "--code-dir", str(workdir / f"code-{port}"),
+        "--code-dir", str(workdir / f"code-{port}"), "--replicas", str(replicas),
+        "--sync-interval", "0.5",
     ]  # fmt: skip
     try:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -71,11 +101,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"ZooKeeper: {zk.connect_string} ({args.ensemble} node(s)); logs in {workdir}")
             for port in free_ports(args.replicas):
                 procs[f"127.0.0.1:{port}"] = _start_replica(
-                    zk.connect_string, port, workdir, args.session_timeout
+                    zk.connect_string, port, workdir, args.session_timeout, args.replicas
                 )
             with NimbusClient(list(procs), deadline=60, attempts=400) as client:
                 first = _print_cluster(client)
                 if args.demo:
+                    reply = _submit_example(client, workdir)
+                    print(
+                        f"submitted {reply.topology_id}: acknowledged once held by "
+                        f"{', '.join(reply.code_replicas)}"
+                    )
                     print(f"stopping the leader {first.replica_id} gracefully (SIGTERM)...")
                     started = time.monotonic()
                     procs[first.replica_id].send_signal(signal.SIGTERM)
@@ -86,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
                         new = client.leader()
                     took = (time.monotonic() - started) * 1000
                     print(f"new leader: {new.replica_id} (epoch {new.epoch}) after {took:.0f} ms")
+                    _describe(client, "example")
                     return 0
                 print("running; Ctrl-C to stop")
                 stop.wait()
