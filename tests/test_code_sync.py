@@ -6,6 +6,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from code_sync.package import make_package
 from leader.client import NimbusCallError, NimbusClient
 from leader.paths import Paths
 from nimbus.api import pb, records
-from tests.cluster import Replica, wait_for_agreed_leader
+from tests.cluster import REPO, Replica, wait_for_agreed_leader
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -269,3 +270,34 @@ def test_when_every_replica_lost_the_code_a_leader_is_still_elected_and_marks_it
         assert "CODE_MISSING" in message
         spawn(extra=flags, code_dir=keep)  # a replica with the code comes back
         wait_until(lambda: client.describe("lost").summary.status == records.ACTIVE, timeout=30)
+
+
+def test_the_cli_submits_with_progress_lines_and_describes_as_json(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    import json
+
+    replica = spawn(extra=sync_flags(min_replicas=1))
+    wait_for_agreed_leader([replica], timeout=30)
+    path, digest = package(tmp_path, "cli", size=300_000)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nimbus.cli", *args],
+            capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+
+    done = cli("submit", str(path), "--name", "cli", "--seeds", replica.address)
+    assert done.returncode == 0, done.stderr
+    assert "uploaded" in done.stderr and "(100%)" in done.stderr  # plain lines, not a tty
+    assert "submitted cli-" in done.stdout
+    shown = cli("describe", "cli", "--seeds", replica.address, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["name"] == "cli" and view["status"] == "ACTIVE" and view["digest"] == digest
+    assert view["id"].startswith("cli-") and view["epoch"] >= 1
+    assert view["code_replicas"] == [replica.address]
+    missing = cli("describe", "nope", "--seeds", replica.address, "--json")
+    assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
+    bad = cli("submit", str(tmp_path / "absent.zip"), "--name", "x", "--seeds", replica.address)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr
