@@ -182,16 +182,25 @@ class NimbusClient:
         return self._retrying(attempt)
 
     def describe(self, name: str) -> pb.TopologyDetail:
-        def ask() -> pb.TopologyDetail:
+        reply: pb.TopologyDetail = self.call_any("GetTopology", pb.GetTopologyRequest(name=name))
+        return reply
+
+    def list_topologies(self) -> pb.ListTopologiesResponse:
+        reply: pb.ListTopologiesResponse = self.call_any(
+            "ListTopologies", pb.ListTopologiesRequest()
+        )
+        return reply
+
+    def call_any(self, method: str, request: Any) -> Any:
+        """A read served by every replica; asked of the leader first, for freshness."""
+
+        def ask() -> Any:
             address = self._leader or self._find_leader().replica_id
             try:
-                reply: pb.TopologyDetail = self._stub(address).GetTopology(
-                    pb.GetTopologyRequest(name=name), timeout=self._call_timeout
-                )
+                return getattr(self._stub(address), method)(request, timeout=self._call_timeout)
             except grpc.RpcError as e:
                 self._handle_leader_error(address, e)
                 raise
-            return reply
 
         return self._retrying(ask)
 

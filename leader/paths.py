@@ -41,6 +41,25 @@ class Paths:
     def errors(self) -> str:
         return f"{self.root}/errors"
 
+    @property
+    def supervisors(self) -> str:
+        return f"{self.root}/supervisors"
+
+    @property
+    def assignments(self) -> str:
+        return f"{self.root}/assignments"
+
+    @property
+    def workerbeats(self) -> str:
+        return f"{self.root}/workerbeats"
+
+    @property
+    def requests(self) -> str:
+        return f"{self.root}/requests"
+
+    def request(self, request_id: str) -> str:
+        return f"{self.requests}/{request_id}"
+
     def storm(self, topology_id: str) -> str:
         return f"{self.storms}/{topology_id}"
 
@@ -56,6 +75,19 @@ class Paths:
     def nimbus(self, replica_id: str) -> str:
         return f"{self.nimbuses}/{replica_id}"
 
+    def supervisor(self, supervisor_id: str) -> str:
+        return f"{self.supervisors}/{supervisor_id}"
+
+    def assignment(self, topology_id: str) -> str:
+        return f"{self.assignments}/{topology_id}"
+
+    def workerbeats_of(self, topology_id: str) -> str:
+        return f"{self.workerbeats}/{topology_id}"
+
+    def workerbeat(self, topology_id: str, name: str) -> str:
+        """``name`` is ``<supervisor-id>-<slot>`` (see ``worker_name``)."""
+        return f"{self.workerbeats}/{topology_id}/{name}"
+
     def folders(self) -> list[str]:
         """Structural folders every replica makes sure exist at start."""
         return [
@@ -66,4 +98,24 @@ class Paths:
             self.code_distributor,
             self.names,
             self.errors,
+            self.requests,
+            self.supervisors,
+            self.assignments,
+            self.workerbeats,
         ]
+
+
+def worker_name(supervisor_id: str, slot: int) -> str:
+    """A worker's heartbeat node name, ``<supervisor-id>-<slot>`` (DESIGN's node-port)."""
+    return f"{supervisor_id}-{slot}"
+
+
+def parse_worker_name(name: str) -> tuple[str, int] | None:
+    """``(supervisor_id, slot)`` from a heartbeat node name; None when it is not one.
+
+    The slot is the part after the last ``-``, so supervisor ids may contain ``-``.
+    """
+    supervisor_id, sep, slot = name.rpartition("-")
+    if not sep or not supervisor_id or not slot.isdigit():
+        return None
+    return supervisor_id, int(slot)

@@ -25,6 +25,14 @@ class TopologyApi(Protocol):
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse: ...
 
+    def kill(self, request: pb.KillTopologyRequest) -> pb.TopologyActionResponse: ...
+
+    def activate(self, request: pb.TopologyNameRequest) -> pb.TopologyActionResponse: ...
+
+    def deactivate(self, request: pb.TopologyNameRequest) -> pb.TopologyActionResponse: ...
+
+    def rebalance(self, request: pb.RebalanceTopologyRequest) -> pb.TopologyActionResponse: ...
+
     def list_topologies(self) -> pb.ListTopologiesResponse: ...
 
     def describe(self, name: str) -> pb.TopologyDetail: ...
@@ -114,25 +122,29 @@ class NimbusServicer(rpc.NimbusServicer):
         self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._require_leader(context)
-        self._not_yet(context, "KillTopology")
+        api = self._require_api(context, "KillTopology")
+        return self._call(context, lambda: api.kill(request))
 
     def ActivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._require_leader(context)
-        self._not_yet(context, "ActivateTopology")
+        api = self._require_api(context, "ActivateTopology")
+        return self._call(context, lambda: api.activate(request))
 
     def DeactivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._require_leader(context)
-        self._not_yet(context, "DeactivateTopology")
+        api = self._require_api(context, "DeactivateTopology")
+        return self._call(context, lambda: api.deactivate(request))
 
     def RebalanceTopology(
         self, request: pb.RebalanceTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         self._require_leader(context)
-        self._not_yet(context, "RebalanceTopology")
+        api = self._require_api(context, "RebalanceTopology")
+        return self._call(context, lambda: api.rebalance(request))
 
     # -- every replica -------------------------------------------------------------------
 

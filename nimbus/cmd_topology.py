@@ -34,6 +34,29 @@ def register(sub: Any) -> None:
     add_env_flag(d, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_describe)
+    ls = sub.add_parser("list", help="every topology with its status")
+    add_env_flag(ls, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=run_list)
+    for command, help_text in (
+        ("kill", "kill a topology: KILLED now, removed after --wait seconds"),
+        ("activate", "resume a deactivated topology"),
+        ("deactivate", "pause a topology's spouts"),
+        ("rebalance", "change a topology's workers or parallelism"),
+    ):
+        c = sub.add_parser(command, help=help_text)
+        c.add_argument("name")
+        add_env_flag(c, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+        c.add_argument("--json", action="store_true")
+        if command in ("kill", "rebalance"):
+            c.add_argument("--wait", type=int, default=0, help="seconds (default 0)")
+        if command == "rebalance":
+            c.add_argument("--workers", type=int, default=0)
+            c.add_argument(
+                "--parallelism", action="append", default=[], metavar="COMPONENT=N",
+                help="new parallelism of one component (repeatable)",
+            )  # fmt: skip
+        c.set_defaults(func=run_action, command=command)
 
 
 def _digest(path: Path) -> str:
@@ -113,4 +136,72 @@ def run_describe(args: argparse.Namespace) -> int:
     else:
         for key, value in view.items():
             print(f"{key:>14}: {value}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    try:
+        with NimbusClient(args.seeds) as client:
+            reply = client.list_topologies()
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus list: {e}", file=sys.stderr)
+        return 1
+    rows = [
+        {
+            "id": t.id,
+            "name": t.name,
+            "status": records.TopologyStatus.Name(t.status),
+            "epoch": t.epoch,
+            "num_workers": t.num_workers,
+            "code_replicas": len(t.code_replicas),
+            "uptime_s": round(t.uptime_s, 1),
+        }
+        for t in reply.topologies
+    ]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'NAME':<24} {'STATUS':<13} {'WORKERS':>7} {'REPLICAS':>8} {'ID'}")
+    for r in rows:
+        print(
+            f"{r['name']:<24} {r['status']:<13} {r['num_workers']:>7} "
+            f"{r['code_replicas']:>8} {r['id']}"
+        )
+    return 0
+
+
+def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
+    if args.command == "kill":
+        return "KillTopology", pb.KillTopologyRequest(name=args.name, wait_s=args.wait)
+    if args.command == "rebalance":
+        parallelism: dict[str, int] = {}
+        for item in args.parallelism:
+            component, sep, value = item.partition("=")
+            if not sep or not value.isdigit():
+                raise ValueError(f"--parallelism takes COMPONENT=N, got {item!r}")
+            parallelism[component] = int(value)
+        return "RebalanceTopology", pb.RebalanceTopologyRequest(
+            name=args.name,
+            num_workers=args.workers,
+            component_parallelism=parallelism,
+            wait_s=args.wait,
+        )
+    method = "ActivateTopology" if args.command == "activate" else "DeactivateTopology"
+    return method, pb.TopologyNameRequest(name=args.name)
+
+
+def run_action(args: argparse.Namespace) -> int:
+    try:
+        method, request = _action_request(args)
+        with NimbusClient(args.seeds) as client:
+            reply = client.call_leader(method, request)
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus {args.command}: {e}", file=sys.stderr)
+        return 1
+    status = records.TopologyStatus.Name(reply.status)
+    if args.json:
+        print(json.dumps({"id": reply.topology_id, "name": reply.name, "status": status,
+                          "epoch": reply.epoch}))  # fmt: skip
+    else:
+        print(f"{args.command}: {reply.name} ({reply.topology_id}) is {status}")
     return 0

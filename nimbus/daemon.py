@@ -29,6 +29,7 @@ from nimbus.api import rpc
 from nimbus.config import NimbusConfig
 from nimbus.errors import ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
+from nimbus.lifecycle import Lifecycle, LifecycleDuty
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
 
@@ -89,6 +90,7 @@ class NimbusDaemon:
                     config.root,
                     self.store,
                     Submitter(self.client, config, self.store, current_writer=self._current_writer),
+                    Lifecycle(self.client, config.root, current_writer=self._current_writer),
                 ),
             ),
             self.server,
@@ -158,6 +160,9 @@ class NimbusDaemon:
             self.syncer,
             writer,
             interval=self.config.sync_interval,
+        ).start()
+        LifecycleDuty(
+            self.client, self.config.root, writer, interval=self.config.sync_interval
         ).start()
         self.registry.set_role(is_leader=True, epoch=epoch)
         self.health.refresh()

@@ -10,6 +10,8 @@ from nimbus.apierror import ApiError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+COMPONENT_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 def check_name(name: str) -> str:
@@ -28,6 +30,16 @@ def check_digest(digest: str) -> str:
             f"invalid digest {digest!r}: expected 64 lowercase hex characters (SHA-256)",
         )
     return digest
+
+
+def check_request_id(request_id: str) -> str:
+    """Empty (no idempotency asked for) or a safe ZooKeeper node name."""
+    if request_id and (not REQUEST_ID_RE.match(request_id) or request_id in (".", "..")):
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"invalid client request id {request_id!r}: use 1-128 of A-Z a-z 0-9 . _ -",
+        )
+    return request_id
 
 
 def topology_id(name: str, counter: int, now_s: int) -> str:

@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable, Iterator
 
 import grpc
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.recipe.watchers import ChildrenWatch
 
 from code_sync.errors import PackageRejected, StoreError
+from code_sync.state import read_holders_of
 from code_sync.store import CodeStore
 from fencing import (
     Create,
@@ -36,6 +38,7 @@ from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.config import NimbusConfig
 from nimbus.names import check_digest, check_name, topology_id
+from nimbus.requests import recall, remember
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,9 @@ class Submitter:
         writer = self._writer()
         header = self._header(requests)
         name = check_name(header.name)
+        first = self._replay(header.client_request_id, writer)
+        if first is not None:
+            return first  # a retry of a submit that already succeeded: no second topology
         check_digest(header.expected_digest)
         if header.package_size > self._config.max_package_bytes:
             raise ApiError(
@@ -107,6 +113,13 @@ class Submitter:
                 [
                     Create(self._paths.storm(new_id), base.SerializeToString(deterministic=True)),
                     Create(self._paths.name(name), new_id.encode()),
+                    *remember(
+                        self._paths,
+                        header.client_request_id,
+                        method="SubmitTopology",
+                        topology_id=new_id,
+                        epoch=writer.token.epoch,
+                    ),
                 ]
             )
         except WriteOutcomeUnknown as e:
@@ -118,6 +131,9 @@ class Submitter:
             ) from e
         except WriteConflictError as e:
             self._abandon(new_id, own_node, writer)
+            first = self._replay(header.client_request_id, writer)
+            if first is not None:
+                return first  # a concurrent retry of the same request won the race
             raise ApiError(
                 grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live"
             ) from e
@@ -150,6 +166,23 @@ class Submitter:
                 "the first message of SubmitTopology must be the header",
             )
         return first.header
+
+    def _replay(self, request_id: str, writer: FencedWriter) -> pb.SubmitTopologyResponse | None:
+        outcome = recall(self._client, self._paths, request_id)
+        if outcome is None:
+            return None
+        reply = pb.SubmitTopologyResponse(topology_id=outcome.topology_id, epoch=outcome.epoch)
+        try:
+            base = records.StormBase.FromString(
+                self._client.get(self._paths.storm(outcome.topology_id))[0]
+            )
+        except (KazooException, DecodeError):
+            return reply  # already killed and removed: the first outcome still stands
+        reply.name, reply.digest = base.name, base.digest
+        reply.code_replicas.extend(
+            read_holders_of(self._client, self._paths, outcome.topology_id).replicas
+        )
+        return reply
 
     def _new_id(self, name: str) -> str:
         with self._counter_lock:

@@ -12,6 +12,7 @@ from code_sync.store import CodeStore
 from nimbus import topologies
 from nimbus.api import pb
 from nimbus.apierror import ApiError
+from nimbus.lifecycle import Lifecycle
 from nimbus.names import check_digest
 from nimbus.submission import Submitter
 
@@ -20,9 +21,18 @@ DOWNLOAD_CHUNK = 1024 * 1024
 
 class DaemonTopologyApi:
     def __init__(
-        self, client: KazooClient, root: str, store: CodeStore, submitter: Submitter
+        self,
+        client: KazooClient,
+        root: str,
+        store: CodeStore,
+        submitter: Submitter,
+        lifecycle: Lifecycle,
     ) -> None:
         self._client = client
+        self.kill = lifecycle.kill
+        self.activate = lifecycle.activate
+        self.deactivate = lifecycle.deactivate
+        self.rebalance = lifecycle.rebalance
         self._root = root
         self._store = store
         self._submitter = submitter

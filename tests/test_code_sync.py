@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -17,68 +15,12 @@ from kazoo.client import KazooClient
 from code_sync.package import make_package
 from leader.client import NimbusCallError, NimbusClient
 from leader.paths import Paths
-from nimbus.api import pb, records
-from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from nimbus.api import records
+from tests.cluster import REPO, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.waiting import wait_until
 
-ROOT = "/storm"
-PATHS = Paths(ROOT)
-Spawn = Callable[..., Replica]
-
-
-def sync_flags(**overrides: object) -> tuple[str, ...]:
-    flags = {
-        "replicas": 3,
-        "min-replicas": 2,
-        "replication-wait": 20,
-        "code-wait": 60,
-        "sync-interval": 0.3,
-        "max-package-mib": 1,
-    }
-    flags.update({k.replace("_", "-"): v for k, v in overrides.items()})
-    return tuple(x for k, v in flags.items() for x in (f"--{k}", str(v)))
-
-
-@pytest.fixture
-def spawn(zk_hosts: str, tmp_path: Path) -> Iterator[Spawn]:
-    started: list[Replica] = []
-
-    def make(*, extra: tuple[str, ...] = sync_flags(), **kwargs: object) -> Replica:
-        replica = Replica(zk_hosts, ROOT, tmp_path, extra=extra, **kwargs)  # type: ignore[arg-type]
-        started.append(replica.start())
-        return replica
-
-    yield make
-    for replica in started:
-        replica.stop(signal.SIGKILL)
-
-
-def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:
-    body = f"# {tag}\n".encode() + os.urandom(size)
-    path = make_package(
-        {"topology.py": b"def build():\n    return None\n", "data.bin": body},
-        tmp_path / f"{tag}.zip",
-    )
-    return path, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def submit(
-    client: NimbusClient, path: Path, name: str, digest: str | None = None
-) -> pb.SubmitTopologyResponse:
-    data = path.read_bytes()
-    header = pb.SubmitHeader(
-        name=name,
-        expected_digest=digest or hashlib.sha256(data).hexdigest(),
-        package_size=len(data),
-    )
-    return client.submit(
-        header, lambda: iter([data[i : i + 65536] for i in range(0, len(data), 65536)])
-    )
-
-
-def holds(replica: Replica, digest: str) -> bool:
-    stored = replica.code_dir / digest
-    return stored.is_file() and hashlib.sha256(stored.read_bytes()).hexdigest() == digest
+PATHS = Paths("/storm")
 
 
 def test_an_acknowledged_submit_is_held_by_min_replicas_then_by_all(

@@ -1,0 +1,290 @@
+"""Leader-only topology changes: kill, activate, deactivate, rebalance.
+
+Each change is one fenced multi-op: a compare-and-set of ``/storms/<id>`` at the version
+read, plus the ``/requests/<id>`` record when the client sent a request id (see
+``nimbus.requests``). A lost race re-reads and tries again; a retried request returns
+its first outcome. Removal after a kill, and the end of a rebalance, are due times
+stored in the record, so a new leader finishes what the old one started
+(``LifecycleDuty``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from code_sync.state import read_storms
+from fencing import (
+    Delete,
+    FencedWriter,
+    FencingError,
+    NotLeaderError,
+    Op,
+    SetData,
+    VersionConflictError,
+    WriteConflictError,
+    stamp_epoch,
+)
+from leader.paths import Paths
+from nimbus.api import pb, records
+from nimbus.apierror import ApiError
+from nimbus.names import COMPONENT_RE, check_name, check_request_id
+from nimbus.requests import recall, remember
+
+log = logging.getLogger(__name__)
+
+CurrentWriter = Callable[[], FencedWriter | None]
+Change = Callable[[records.StormBase], None]
+REQUESTS_KEPT = 1000
+ATTEMPTS = 16
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        *,
+        current_writer: CurrentWriter,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._client = client
+        self._paths = Paths(root)
+        self._current_writer = current_writer
+        self._wall_ms = wall_ms
+
+    # -- the calls ------------------------------------------------------------------------
+
+    def kill(self, request: pb.KillTopologyRequest) -> pb.TopologyActionResponse:
+        if request.wait_s < 0:
+            raise _invalid(f"--wait must be >= 0 seconds, got {request.wait_s}")
+
+        def change(base: records.StormBase) -> None:
+            if base.status == records.KILLED:
+                return  # killing twice is not an error; the first due time stands
+            base.status = records.KILLED
+            base.kill_wait_s = request.wait_s
+            base.kill_time_ms = self._wall_ms()
+
+        return self._mutate("KillTopology", request.name, request.client_request_id, change)
+
+    def activate(self, request: pb.TopologyNameRequest) -> pb.TopologyActionResponse:
+        return self._set_active(request, active=True)
+
+    def deactivate(self, request: pb.TopologyNameRequest) -> pb.TopologyActionResponse:
+        return self._set_active(request, active=False)
+
+    def rebalance(self, request: pb.RebalanceTopologyRequest) -> pb.TopologyActionResponse:
+        if request.num_workers < 0 or request.wait_s < 0:
+            raise _invalid("--workers and --wait must not be negative")
+        for component, parallelism in request.component_parallelism.items():
+            if not COMPONENT_RE.match(component) or parallelism < 1:
+                raise _invalid(f"bad parallelism {component!r}={parallelism}: name it, and >= 1")
+        if not request.num_workers and not request.component_parallelism:
+            raise _invalid("rebalance needs a new worker count or component parallelism")
+
+        def change(base: records.StormBase) -> None:
+            _require_running(base, "rebalance")
+            if base.status != records.REBALANCING:
+                base.status_before_rebalance = base.status
+            base.status = records.REBALANCING
+            if request.num_workers:
+                base.num_workers = request.num_workers
+            base.component_parallelism.update(request.component_parallelism)
+            base.rebalance_until_ms = self._wall_ms() + request.wait_s * 1000
+
+        return self._mutate("RebalanceTopology", request.name, request.client_request_id, change)
+
+    # -- the one mutation path -----------------------------------------------------------
+
+    def _set_active(
+        self, request: pb.TopologyNameRequest, *, active: bool
+    ) -> pb.TopologyActionResponse:
+        def change(base: records.StormBase) -> None:
+            _require_running(base, "activate" if active else "deactivate")
+            if base.status == records.REBALANCING:
+                base.status_before_rebalance = records.ACTIVE if active else records.INACTIVE
+            else:
+                base.status = records.ACTIVE if active else records.INACTIVE
+
+        method = "ActivateTopology" if active else "DeactivateTopology"
+        return self._mutate(method, request.name, request.client_request_id, change)
+
+    def _mutate(
+        self, method: str, name: str, request_id: str, change: Change
+    ) -> pb.TopologyActionResponse:
+        writer = self._current_writer()
+        if writer is None or writer.token.cancelled:
+            raise NotLeaderError("this replica is not the leader")
+        check_name(name)
+        check_request_id(request_id)
+        for _ in range(ATTEMPTS):
+            first = recall(self._client, self._paths, request_id)
+            if first is not None:
+                return self._answer(first.topology_id, first.epoch)
+            topology_id, base, version = self._read(name)
+            change(base)
+            stamp_epoch(base, writer.token.epoch)
+            ops: list[Op] = [
+                SetData(
+                    self._paths.storm(topology_id),
+                    base.SerializeToString(deterministic=True),
+                    version,
+                ),
+                *remember(
+                    self._paths,
+                    request_id,
+                    method=method,
+                    topology_id=topology_id,
+                    epoch=writer.token.epoch,
+                ),
+            ]
+            try:
+                writer.batch(ops)
+            except VersionConflictError:
+                continue  # changed under us: nothing written, read again
+            except WriteConflictError:
+                continue  # the same request id landed concurrently: recall it
+            return pb.TopologyActionResponse(
+                topology_id=topology_id, name=name, status=base.status, epoch=writer.token.epoch
+            )
+        raise ApiError(grpc.StatusCode.ABORTED, f"{name} kept changing; try again")
+
+    def _read(self, name: str) -> tuple[str, records.StormBase, int]:
+        try:
+            topology_id = self._client.get(self._paths.name(name))[0].decode()
+            data, stat = self._client.get(self._paths.storm(topology_id))
+            return topology_id, records.StormBase.FromString(data), int(stat.version)
+        except NoNodeError as e:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"no live topology named {name!r}") from e
+        except (DecodeError, UnicodeDecodeError) as e:
+            raise ApiError(grpc.StatusCode.DATA_LOSS, f"the record of {name!r} is damaged") from e
+
+    def _answer(self, topology_id: str, epoch: int) -> pb.TopologyActionResponse:
+        reply = pb.TopologyActionResponse(topology_id=topology_id, epoch=epoch)
+        try:
+            base = records.StormBase.FromString(self._client.get(self._paths.storm(topology_id))[0])
+        except (NoNodeError, DecodeError):
+            reply.status = records.KILLED  # already removed
+            return reply
+        reply.name, reply.status = base.name, base.status
+        return reply
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _require_running(base: records.StormBase, action: str) -> None:
+    if base.status == records.KILLED:
+        raise ApiError(
+            grpc.StatusCode.FAILED_PRECONDITION, f"cannot {action} {base.name}: it is being killed"
+        )
+    if base.status == records.CODE_MISSING:
+        raise ApiError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"cannot {action} {base.name}: no replica holds its code (CODE_MISSING)",
+        )
+
+
+class LifecycleDuty:
+    """Leader-only: remove killed topologies when due, end rebalances, prune old requests."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        writer: FencedWriter,
+        *,
+        interval: float,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._client = client
+        self._paths = Paths(root)
+        self._writer = writer
+        self._interval = interval
+        self._wall_ms = wall_ms
+        self._thread = threading.Thread(target=self._run, name="lifecycle", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def run_once(self) -> list[str]:
+        changes: list[str] = []
+        now = self._wall_ms()
+        for topology_id, base in sorted(read_storms(self._client, self._paths).items()):
+            if base.status == records.KILLED and now >= base.kill_time_ms + base.kill_wait_s * 1000:
+                self._remove(topology_id, base)
+                changes.append(f"{topology_id}: removed")
+            elif base.status == records.REBALANCING and now >= base.rebalance_until_ms:
+                self._finish_rebalance(topology_id)
+                changes.append(f"{topology_id}: rebalanced")
+        self._prune_requests()
+        return changes
+
+    def _remove(self, topology_id: str, base: records.StormBase) -> None:
+        """Storm, name, assignment, errors and holder registrations, in one step each."""
+        name_path = self._paths.name(base.name)
+        ops: list[Op] = [Delete(self._paths.storm(topology_id))]
+        try:
+            if self._client.get(name_path)[0].decode() == topology_id:
+                ops.append(Delete(name_path))
+        except NoNodeError:
+            pass
+        self._writer.batch(ops)
+        for tree in (
+            f"{self._paths.root}/assignments/{topology_id}",
+            f"{self._paths.errors}/{topology_id}",
+            self._paths.code_holders(topology_id),
+        ):
+            try:
+                self._writer.delete_recursive(tree)
+            except WriteConflictError as e:
+                log.info("could not remove %s yet: %s", tree, e)
+
+    def _finish_rebalance(self, topology_id: str) -> None:
+        def change(base: records.StormBase) -> None:
+            if base.status == records.REBALANCING:
+                base.status = base.status_before_rebalance or records.ACTIVE
+                base.rebalance_until_ms = 0
+
+        self._writer.update_record(
+            self._paths.storm(topology_id), records.StormBase.FromString, change
+        )
+
+    def _prune_requests(self) -> None:
+        try:
+            names = self._client.get_children(self._paths.requests)
+        except NoNodeError:
+            return
+        if len(names) <= 2 * REQUESTS_KEPT:
+            return
+        aged: list[tuple[int, str]] = []
+        for name in names:
+            try:
+                data, _ = self._client.get(self._paths.request(name))
+                aged.append((records.RequestOutcome.FromString(data).time_ms, name))
+            except (NoNodeError, DecodeError):
+                aged.append((0, name))
+        aged.sort()
+        stale = [Delete(self._paths.request(name)) for _, name in aged[:-REQUESTS_KEPT]]
+        for i in range(0, len(stale), 200):
+            self._writer.batch(stale[i : i + 200])
+
+    def _run(self) -> None:
+        token = self._writer.token
+        while not token.wait(self._interval):
+            try:
+                for change in self.run_once():
+                    log.info("lifecycle: %s", change)
+            except NotLeaderError:
+                return
+            except (FencingError, KazooException) as e:
+                log.info("lifecycle pass failed: %s", e)

@@ -1,0 +1,87 @@
+"""Fixtures and helpers for tests that run Nimbus replicas as processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from code_sync.package import make_package
+from leader.client import NimbusClient
+from nimbus.api import pb
+from tests.cluster import Replica
+
+ROOT = "/storm"
+Spawn = Callable[..., Replica]
+
+
+def sync_flags(**overrides: object) -> tuple[str, ...]:
+    """``nimbus serve`` flags for code distribution, fast enough for tests."""
+    flags: dict[str, object] = {
+        "replicas": 3,
+        "min-replicas": 2,
+        "replication-wait": 20,
+        "code-wait": 60,
+        "sync-interval": 0.3,
+        "max-package-mib": 1,
+    }
+    flags.update({k.replace("_", "-"): v for k, v in overrides.items()})
+    return tuple(x for k, v in flags.items() for x in (f"--{k}", str(v)))
+
+
+@pytest.fixture
+def spawn(zk_hosts: str, tmp_path: Path) -> Iterator[Spawn]:
+    """Start a replica process (killed at the end of the test)."""
+    started: list[Replica] = []
+
+    def make(
+        *, extra: tuple[str, ...] | None = None, zookeeper: str | None = None, **kwargs: object
+    ) -> Replica:
+        replica = Replica(
+            zookeeper or zk_hosts,
+            ROOT,
+            tmp_path,
+            extra=sync_flags() if extra is None else extra,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        started.append(replica.start())
+        return replica
+
+    yield make
+    for replica in started:
+        replica.stop(signal.SIGKILL)
+
+
+def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:
+    """A valid package with random content; returns its path and SHA-256."""
+    body = f"# {tag}\n".encode() + os.urandom(size)
+    path = make_package(
+        {"topology.py": b"def build():\n    return None\n", "data.bin": body},
+        tmp_path / f"{tag}.zip",
+    )
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def submit(
+    client: NimbusClient, path: Path, name: str, digest: str | None = None
+) -> pb.SubmitTopologyResponse:
+    data = path.read_bytes()
+    header = pb.SubmitHeader(
+        name=name,
+        expected_digest=digest or hashlib.sha256(data).hexdigest(),
+        package_size=len(data),
+    )
+    chunk = 65536
+    return client.submit(
+        header, lambda: iter([data[i : i + chunk] for i in range(0, len(data), chunk)])
+    )
+
+
+def holds(replica: Replica, digest: str) -> bool:
+    """The replica's store has a verified copy."""
+    stored = replica.code_dir / digest
+    return stored.is_file() and hashlib.sha256(stored.read_bytes()).hexdigest() == digest

@@ -1,0 +1,181 @@
+"""Topology lifecycle through the CLI and the client, on replicas as processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from kazoo.client import KazooClient
+
+from leader.client import NimbusCallError, NimbusClient
+from leader.paths import Paths
+from nimbus.api import pb, records
+from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, package, submit, sync_flags
+from tests.waiting import wait_until
+
+PATHS = Paths("/storm")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nimbus.cli", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+
+
+def ok_json(*args: str) -> object:
+    done = cli(*args, "--json")
+    assert done.returncode == 0, f"{args}: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def status_everywhere(replicas: list[Replica], name: str) -> set[str]:
+    return {
+        str(ok_json("describe", name, "--seeds", r.address)["status"])  # type: ignore[index]
+        for r in replicas
+    }
+
+
+def test_the_whole_lifecycle_through_the_cli_is_seen_by_every_replica(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    replicas = [spawn() for _ in range(3)]
+    wait_for_agreed_leader(replicas, timeout=30)
+    seeds = ",".join(r.address for r in replicas)
+    path, _ = package(tmp_path, "wc")
+    done = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+    assert done.returncode == 0, done.stderr
+    listed = ok_json("list", "--seeds", seeds)
+    assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]  # type: ignore[index, union-attr]
+    for action, expected in (
+        (("deactivate", "wc"), "INACTIVE"),
+        (("activate", "wc"), "ACTIVE"),
+        (("rebalance", "wc", "--workers", "3", "--wait", "1"), "REBALANCING"),
+    ):
+        reply = ok_json(*action, "--seeds", seeds)
+        assert reply["status"] == expected  # type: ignore[index]
+        assert status_everywhere(replicas, "wc") == {expected}
+    wait_until(lambda: status_everywhere(replicas, "wc") == {"ACTIVE"}, timeout=20)
+    assert ok_json("describe", "wc", "--seeds", seeds)["num_workers"] == 3  # type: ignore[index]
+    assert ok_json("kill", "wc", "--wait", "1", "--seeds", seeds)["status"] == "KILLED"  # type: ignore[index]
+    wait_until(lambda: ok_json("list", "--seeds", seeds) == [], timeout=20)
+    gone = cli("describe", "wc", "--seeds", seeds)
+    assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
+    again = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+    assert again.returncode == 0, "the name is free again after removal: " + again.stderr
+
+
+def test_killing_the_leader_between_calls_loses_no_acknowledged_change(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    replicas = [spawn() for _ in range(3)]
+    seeds = [r.address for r in replicas]
+    path, _ = package(tmp_path, "wc")
+    calls = [
+        ("DeactivateTopology", pb.TopologyNameRequest(name="wc"), records.INACTIVE),
+        ("ActivateTopology", pb.TopologyNameRequest(name="wc"), records.ACTIVE),
+        ("DeactivateTopology", pb.TopologyNameRequest(name="wc"), records.INACTIVE),
+    ]
+    wait_for_agreed_leader(replicas, timeout=30)
+    with NimbusClient(seeds) as client:
+        submit(client, path, "wc")
+    for method, request, expected in calls:
+        leader = wait_for_agreed_leader(replicas, timeout=30)
+        victim = next(r for r in replicas if r.address == leader.replica_id)
+        # The client last saw the old leader: its next call must find the new one.
+        seeds = [victim.address] + [r.address for r in replicas if r is not victim]
+        with NimbusClient(seeds, deadline=60, attempts=200) as client:
+            client.leader()
+            victim.stop(signal.SIGKILL)
+            replicas.remove(victim)
+            reply = client.call_leader(method, request)
+            assert reply.status == expected
+            assert client.describe("wc").summary.status == expected
+        replicas.append(spawn(code_dir=victim.code_dir))
+
+
+def test_a_retried_request_id_returns_the_first_outcome(
+    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+) -> None:
+    replica = spawn(extra=sync_flags(min_replicas=1))
+    wait_for_agreed_leader([replica], timeout=30)
+    path, _ = package(tmp_path, "wc")
+    data = path.read_bytes()
+    import hashlib
+
+    header = pb.SubmitHeader(
+        name="wc",
+        expected_digest=hashlib.sha256(data).hexdigest(),
+        package_size=len(data),
+        client_request_id="req-submit-1",
+    )
+    with NimbusClient([replica.address]) as client:
+        first = client.submit(header, lambda: iter([data]))
+        second = client.submit(header, lambda: iter([data]))
+        assert second.topology_id == first.topology_id
+        assert len(zk_client.get_children(PATHS.storms)) == 1
+        kill = pb.KillTopologyRequest(name="wc", wait_s=60, client_request_id="req-kill-1")
+        assert client.call_leader("KillTopology", kill).status == records.KILLED
+        # Same id again: the first outcome, not "already killed" work done twice.
+        replay = client.call_leader("KillTopology", kill)
+        assert (replay.topology_id, replay.status) == (first.topology_id, records.KILLED)
+
+
+def test_a_submit_in_flight_when_the_leader_dies_yields_exactly_one_topology(
+    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+) -> None:
+    replicas = [spawn() for _ in range(3)]
+    leader_reply = wait_for_agreed_leader(replicas, timeout=30)
+    leader = next(r for r in replicas if r.address == leader_reply.replica_id)
+    followers = [r for r in replicas if r is not leader]
+    path, _ = package(tmp_path, "wc")
+    outcome: list[object] = []
+    for follower in followers:  # hold the replication wait open
+        follower.send(signal.SIGSTOP)
+    client = NimbusClient([r.address for r in replicas], deadline=60, attempts=200)
+
+    def run() -> None:
+        try:
+            outcome.append(submit(client, path, "wc"))
+        except Exception as e:
+            outcome.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        wait_until(lambda: zk_client.get_children(PATHS.code_distributor), timeout=20)
+    finally:
+        leader.stop(signal.SIGKILL)
+        for follower in followers:
+            follower.send(signal.SIGCONT)
+    worker.join(timeout=90)
+    client.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], pb.SubmitTopologyResponse), outcome
+    names = [
+        records.StormBase.FromString(zk_client.get(PATHS.storm(t))[0]).name
+        for t in zk_client.get_children(PATHS.storms)
+    ]
+    assert names == ["wc"]
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", ".", "", "x" * 129])
+def test_bad_names_are_refused_and_nothing_is_written(
+    spawn: Spawn, tmp_path: Path, zk_client: KazooClient, bad: str
+) -> None:
+    replica = spawn(extra=sync_flags(min_replicas=1))
+    wait_for_agreed_leader([replica], timeout=30)
+    path, _ = package(tmp_path, "p")
+    with NimbusClient([replica.address], attempts=1) as client:
+        with pytest.raises(NimbusCallError) as refused:
+            submit(client, path, bad)
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "invalid topology name" in str(refused.value)
+    assert zk_client.get_children(PATHS.storms) == []
+    assert zk_client.get_children(PATHS.code_distributor) == []
