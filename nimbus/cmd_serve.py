@@ -7,61 +7,89 @@ import logging
 import signal
 import sys
 import threading
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from nimbus.config import NimbusConfig
 from nimbus.daemon import NimbusDaemon
 from nimbus.envargs import add_env_flag
-from nimbus.errors import NimbusError
+from nimbus.errors import ConfigError, NimbusError
+
+# flag, type, default, help. Values come from, highest first: the flag, the environment
+# variable NIMBUS_<FLAG>, the --config file (TOML, keys as flag names), the default.
+OPTIONS: list[tuple[str, type, object, str]] = [
+    ("--zookeeper", str, None, "ZooKeeper connect string (required)"),
+    ("--root", str, "/storm", "ZooKeeper root of this cluster"),
+    ("--listen", str, "127.0.0.1:6627", "gRPC listen HOST:PORT"),
+    ("--advertise", str, "", "address peers and clients use"),
+    ("--session-timeout", float, 10.0, "seconds"),
+    ("--code-dir", str, "nimbus-code", "local code store folder"),
+    ("--replicas", int, 1, "replicas the operator runs"),
+    (
+        "--min-replicas", int, 0,
+        "replicas that must hold a package before a submit is acknowledged "
+        "(default: 2 when --replicas > 1, else 1)",
+    ),
+    ("--replication-wait", float, 30.0, "seconds"),
+    (
+        "--code-wait", float, 60.0,
+        "seconds a topology whose code no replica holds may block an election",
+    ),
+    ("--sync-interval", float, 1.0, "seconds between code sync passes"),
+    ("--max-package-mib", float, 64.0, "upload size limit"),
+    ("--log-level", str, "INFO", "DEBUG, INFO, WARNING"),
+]  # fmt: skip
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("serve", help="run one Nimbus replica")
-    add_env_flag(p, "--zookeeper", required=True, help="ZooKeeper connect string")
-    add_env_flag(p, "--root", default="/storm", help="ZooKeeper root of this cluster")
-    add_env_flag(p, "--listen", default="127.0.0.1:6627", help="gRPC listen HOST:PORT")
-    add_env_flag(p, "--advertise", default="", help="address peers and clients use")
-    add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
-    add_env_flag(p, "--code-dir", default="nimbus-code", help="local code store folder")
-    add_env_flag(p, "--replicas", type=int, default=1, help="replicas the operator runs")
-    add_env_flag(
-        p, "--min-replicas", type=int, default=0,
-        help="replicas that must hold a package before a submit is acknowledged "
-        "(default: 2 when --replicas > 1, else 1)",
-    )  # fmt: skip
-    add_env_flag(p, "--replication-wait", type=float, default=30.0, help="seconds")
-    add_env_flag(
-        p, "--code-wait", type=float, default=60.0,
-        help="seconds a topology whose code no replica holds may block an election",
-    )  # fmt: skip
-    add_env_flag(p, "--sync-interval", type=float, default=1.0, help="seconds between passes")
-    add_env_flag(p, "--max-package-mib", type=float, default=64.0, help="upload size limit")
-    add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    add_env_flag(p, "--config", default=None, help="a TOML file with any of these options")
+    for flag, kind, default, help_text in OPTIONS:
+        add_env_flag(p, flag, type=kind, default=None, help=f"{help_text} (default {default!r})")
     p.set_defaults(func=run)
 
 
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    """Merge defaults, the config file, the environment and the flags into one dict."""
+    values: dict[str, Any] = {flag[2:].replace("-", "_"): d for flag, _, d, _ in OPTIONS}
+    if args.config:
+        try:
+            with open(args.config, "rb") as f:
+                from_file = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read --config {args.config}: {e}") from e
+        kinds = {flag[2:].replace("-", "_"): kind for flag, kind, _, _ in OPTIONS}
+        for key, value in from_file.items():
+            name = key.replace("-", "_")
+            if name not in kinds:
+                raise ConfigError(f"unknown option {key!r} in {args.config}")
+            try:
+                values[name] = kinds[name](value)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"bad value for {key!r} in {args.config}: {value!r}") from e
+    for name in values:
+        given = getattr(args, name, None)
+        if given is not None:
+            values[name] = given
+    if not values["zookeeper"]:
+        raise ConfigError("--zookeeper is required (flag, NIMBUS_ZOOKEEPER, or --config)")
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        values = resolve(args)
+    except NimbusError as e:
+        print(f"nimbus serve: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=str(args.log_level).upper(),
+        level=str(values.pop("log_level")).upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        config = NimbusConfig(
-            zookeeper=args.zookeeper,
-            root=args.root,
-            listen=args.listen,
-            advertise=args.advertise,
-            session_timeout=float(args.session_timeout),
-            code_dir=Path(args.code_dir),
-            replicas=int(args.replicas),
-            min_replicas=int(args.min_replicas),
-            replication_wait=float(args.replication_wait),
-            code_wait=float(args.code_wait),
-            sync_interval=float(args.sync_interval),
-            max_package_mib=float(args.max_package_mib),
-        )
+        config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
         daemon = NimbusDaemon(config)
     except (NimbusError, OSError) as e:
         print(f"nimbus serve: {e}", file=sys.stderr)

@@ -34,7 +34,7 @@ class NimbusConfig:
     root: str = "/storm"
     session_timeout: float = 10.0
     code_dir: Path = field(default_factory=lambda: Path("nimbus-code"))
-    connect_timeout: float = 30.0
+    connect_timeout: float = 0.0  # 0: the larger of 30 s and the session timeout
     replicas: int = 1  # how many replicas the operator runs; sets the min_replicas default
     min_replicas: int = 0  # 0: 2 when replicas > 1, else 1
     replication_wait: float = 30.0
@@ -86,6 +86,8 @@ class NimbusConfig:
                 f"({self.replication_wait}s), or a submission still waiting for replicas "
                 "could lose its code"
             )
+        if self.connect_timeout == 0:
+            object.__setattr__(self, "connect_timeout", max(30.0, self.session_timeout))
         if self.connect_timeout < self.session_timeout:
             raise ConfigError(
                 f"connect timeout ({self.connect_timeout}s) must be at least the session "

@@ -27,11 +27,12 @@ from leader.registry import Registry
 from leader.servicer import NimbusServicer
 from nimbus.api import rpc
 from nimbus.config import NimbusConfig
-from nimbus.errors import ZooKeeperUnavailableError
+from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
+from nimbus.zkcheck import check_session_timeout
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,12 @@ class NimbusDaemon:
                 f"could not reach ZooKeeper at {self.config.zookeeper} within "
                 f"{self.config.connect_timeout:.0f}s"
             ) from e
+        try:
+            check_session_timeout(self.client, self.config.session_timeout)
+        except ConfigError:
+            self.client.stop()
+            self.client.close()
+            raise
         self.client.add_listener(self._on_state)
         ensure_folders(self.client, Paths(self.config.root).folders())
         self.config.code_dir.mkdir(parents=True, exist_ok=True)
