@@ -1,9 +1,10 @@
-"""A process's writes to its own nodes: ephemeral membership and structural folders.
+"""A process's writes to its own nodes: membership, heartbeats and structural folders.
 
 Not cluster state, so not behind the leader's lock node: every replica (leader or not)
 registers itself under ``/nimbuses`` and ``/code-distributor``, and supervisors and
 workers under their own paths. The API only touches paths whose last component is the
-caller's own id, so it cannot be used to write someone else's state.
+caller's own id (ephemeral membership) or ``<id>-<suffix>`` (persistent per-slot nodes such
+as worker heartbeats), so it cannot be used to write someone else's state.
 """
 
 from __future__ import annotations
@@ -94,6 +95,56 @@ class Membership:
         except WriteConflictError:
             return False
         return True
+
+    # -- persistent own nodes (e.g. worker heartbeats) ---------------------------------
+
+    def owns_prefixed(self, path: str) -> bool:
+        """True for a node named ``<owner>-<suffix>`` (suffix without ``-``), e.g. ``sup1-0``.
+
+        The suffix may not contain ``-``, so ``sup1-b-0`` belongs to ``sup1-b`` and never
+        to ``sup1``: exactly one owner matches any name.
+        """
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        prefix, sep, suffix = name.rpartition("-")
+        return bool(sep) and bool(suffix) and prefix == self.owner
+
+    def put(self, path: str, data: bytes) -> None:
+        """Create or overwrite the caller's own persistent node ``<owner>-<suffix>``.
+
+        Persistent, so it outlives a session: a heartbeat is judged by its content (the
+        time in it), not by its existence. Its parent folder is made when missing.
+        """
+        self._require_own_prefixed(path)
+        parent = path.rsplit("/", 1)[0]
+        for _ in range(8):
+            stat = self._client.exists(path)
+            op: Create | SetData = (
+                Create(path, data) if stat is None else SetData(path, data, stat.version)
+            )
+            try:
+                self._commit([op])
+                return
+            except WriteConflictError as e:
+                if e.reason == "no-node" and parent:
+                    self._client.ensure_path(parent)  # the folder was cleaned up; make it again
+        raise MembershipError(f"could not write {path}: it keeps changing under us")
+
+    def remove(self, path: str) -> bool:
+        """Delete the caller's own persistent node ``<owner>-<suffix>``; True when deleted."""
+        self._require_own_prefixed(path)
+        try:
+            self._commit([Delete(path)])
+        except WriteConflictError as e:
+            if e.reason == "no-node":
+                return False
+            raise
+        return True
+
+    def _require_own_prefixed(self, path: str) -> None:
+        if not self.owns_prefixed(path):
+            raise MembershipError(
+                f"{self.owner} may not write {path}: not one of its own {self.owner}-* nodes"
+            )
 
     def _commit(self, ops: list[Create | SetData | Delete]) -> None:
         results = txn.commit(self._client, ops, timeout=self._timeout)

@@ -6,13 +6,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nimbus import cmd_leader, cmd_local, cmd_serve, cmd_topology, cmd_zookeeper
+from nimbus import (
+    cmd_leader,
+    cmd_local,
+    cmd_serve,
+    cmd_supervisor,
+    cmd_topology,
+    cmd_zookeeper,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_serve.register(sub)
+    cmd_supervisor.register(sub)
     cmd_leader.register(sub)
     cmd_topology.register(sub)
     cmd_local.register(sub)

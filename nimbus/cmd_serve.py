@@ -38,6 +38,11 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ),
     ("--sync-interval", float, 1.0, "seconds between code sync passes"),
     ("--max-package-mib", float, 64.0, "upload size limit"),
+    ("--schedule-interval", float, 1.0, "seconds between scheduler passes"),
+    (
+        "--heartbeat-timeout", float, 10.0,
+        "seconds a worker or supervisor may be silent before its workers move",
+    ),
     ("--log-level", str, "INFO", "DEBUG, INFO, WARNING"),
 ]  # fmt: skip
 

@@ -130,6 +130,20 @@ def run_describe(args: argparse.Namespace) -> int:
         "code_replicas": list(s.code_replicas),
         "num_workers": s.num_workers,
         "uptime_s": round(s.uptime_s, 1),
+        "workers": [
+            {
+                "supervisor": w.supervisor_id,
+                "slot": w.slot,
+                "host": w.host,
+                "state": w.state,
+                "heartbeat_age_s": round(w.heartbeat_age_s, 1),
+            }
+            for w in detail.workers
+        ],
+        "errors": [
+            {"component": e.component, "message": e.message, "time_ms": e.time_ms}
+            for e in detail.errors
+        ],
     }
     if args.json:
         print(json.dumps(view))

@@ -40,6 +40,8 @@ class NimbusConfig:
     replication_wait: float = 30.0
     code_wait: float = 60.0
     sync_interval: float = 1.0
+    schedule_interval: float = 1.0  # seconds between scheduler passes
+    heartbeat_timeout: float = 10.0  # a worker or supervisor silent this long is moved off
     max_package_mib: float = 64.0
     gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
 
@@ -78,6 +80,11 @@ class NimbusConfig:
             raise ConfigError("--replication-wait, --code-wait and --sync-interval must be > 0")
         if not 0 < self.max_package_mib <= 1024:
             raise ConfigError(f"--max-package-mib must be in (0, 1024], got {self.max_package_mib}")
+        if not 0 < self.schedule_interval < self.heartbeat_timeout:
+            raise ConfigError(
+                f"--schedule-interval ({self.schedule_interval}s) must be > 0 and below "
+                f"--heartbeat-timeout ({self.heartbeat_timeout}s)"
+            )
         if self.gc_grace == 0:
             object.__setattr__(self, "gc_grace", 2 * self.replication_wait + 60.0)
         if self.gc_grace <= self.replication_wait:

@@ -30,6 +30,7 @@ from nimbus.config import NimbusConfig
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.scheduler import SchedulerDuty
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
 from nimbus.zkcheck import check_session_timeout
@@ -170,6 +171,13 @@ class NimbusDaemon:
         ).start()
         LifecycleDuty(
             self.client, self.config.root, writer, interval=self.config.sync_interval
+        ).start()
+        SchedulerDuty(
+            self.client,
+            self.config.root,
+            writer,
+            interval=self.config.schedule_interval,
+            heartbeat_timeout=self.config.heartbeat_timeout,
         ).start()
         self.registry.set_role(is_leader=True, epoch=epoch)
         self.health.refresh()

@@ -37,6 +37,7 @@ from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.names import COMPONENT_RE, check_name, check_request_id
 from nimbus.requests import recall, remember
+from nimbus.scheduler import rebalance_done
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,11 @@ class LifecycleDuty:
             if base.status == records.KILLED and now >= base.kill_time_ms + base.kill_wait_s * 1000:
                 self._remove(topology_id, base)
                 changes.append(f"{topology_id}: removed")
-            elif base.status == records.REBALANCING and now >= base.rebalance_until_ms:
+            elif (
+                base.status == records.REBALANCING
+                and now >= base.rebalance_until_ms
+                and rebalance_done(base, self._assignment(topology_id))
+            ):
                 self._finish_rebalance(topology_id)
                 changes.append(f"{topology_id}: rebalanced")
         self._prune_requests()
@@ -240,7 +245,8 @@ class LifecycleDuty:
             pass
         self._writer.batch(ops)
         for tree in (
-            f"{self._paths.root}/assignments/{topology_id}",
+            self._paths.assignment(topology_id),
+            self._paths.workerbeats_of(topology_id),
             f"{self._paths.errors}/{topology_id}",
             self._paths.code_holders(topology_id),
         ):
@@ -248,6 +254,13 @@ class LifecycleDuty:
                 self._writer.delete_recursive(tree)
             except WriteConflictError as e:
                 log.info("could not remove %s yet: %s", tree, e)
+
+    def _assignment(self, topology_id: str) -> records.Assignment | None:
+        try:
+            data, _ = self._client.get(self._paths.assignment(topology_id))
+            return records.Assignment.FromString(data)
+        except (NoNodeError, DecodeError):
+            return None
 
     def _finish_rebalance(self, topology_id: str) -> None:
         def change(base: records.StormBase) -> None:

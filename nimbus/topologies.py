@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -10,7 +11,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from code_sync.state import read_holders_of, read_storms
-from leader.paths import Paths
+from leader.paths import Paths, worker_name
 from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.names import check_name
@@ -53,8 +54,62 @@ def describe(client: KazooClient, root: str, name: str) -> pb.TopologyDetail:
         raise ApiError(grpc.StatusCode.NOT_FOUND, f"no live topology named {name!r}") from e
     except (DecodeError, UnicodeDecodeError) as e:
         raise ApiError(grpc.StatusCode.DATA_LOSS, f"the record of {name!r} is damaged") from e
-    return pb.TopologyDetail(
+    detail = pb.TopologyDetail(
         summary=_summary(client, paths, topology_id, base),
         component_parallelism=dict(base.component_parallelism),
         config_json=base.config_json,
     )
+    assignment = _read(client, paths.assignment(topology_id), records.Assignment)
+    if assignment is not None:
+        detail.assignment.CopyFrom(assignment)
+        now_ms = int(time.time() * 1000)
+        for slot in assignment.slots:
+            beat = _read(
+                client,
+                paths.workerbeat(topology_id, worker_name(slot.supervisor_id, slot.slot)),
+                records.WorkerHeartbeat,
+            )
+            detail.workers.append(
+                pb.WorkerStatus(
+                    supervisor_id=slot.supervisor_id,
+                    slot=slot.slot,
+                    host=slot.host,
+                    state=beat.status if beat else "no heartbeat",
+                    heartbeat_age_s=(now_ms - beat.time_ms) / 1000.0 if beat else -1.0,
+                )
+            )
+    detail.errors.extend(recent_errors(client, paths, topology_id))
+    return detail
+
+
+M = TypeVar("M", records.Assignment, records.WorkerHeartbeat, records.ErrorInfo)
+
+
+def _read(client: KazooClient, path: str, kind: type[M]) -> M | None:
+    try:
+        return kind.FromString(client.get(path)[0])
+    except (NoNodeError, DecodeError):
+        return None
+
+
+def recent_errors(
+    client: KazooClient, paths: Paths, topology_id: str, limit: int = 10
+) -> list[records.ErrorInfo]:
+    """The newest errors of every component, newest first."""
+    folder = f"{paths.errors}/{topology_id}"
+    found: list[records.ErrorInfo] = []
+    try:
+        components = client.get_children(folder)
+    except NoNodeError:
+        return []
+    for component in components:
+        try:
+            names = client.get_children(f"{folder}/{component}")
+        except NoNodeError:
+            continue
+        for name in names:
+            error = _read(client, f"{folder}/{component}/{name}", records.ErrorInfo)
+            if error is not None:
+                found.append(error)
+    found.sort(key=lambda e: e.time_ms, reverse=True)
+    return found[:limit]

@@ -57,7 +57,7 @@ def test_the_whole_lifecycle_through_the_cli_is_seen_by_every_replica(
     for action, expected in (
         (("deactivate", "wc"), "INACTIVE"),
         (("activate", "wc"), "ACTIVE"),
-        (("rebalance", "wc", "--workers", "3", "--wait", "1"), "REBALANCING"),
+        (("rebalance", "wc", "--workers", "3", "--wait", "6"), "REBALANCING"),
     ):
         reply = ok_json(*action, "--seeds", seeds)
         assert reply["status"] == expected  # type: ignore[index]

@@ -195,7 +195,7 @@ class GetTopologyRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class TopologyDetail(_message.Message):
-    __slots__ = ("summary", "assignment", "errors", "component_parallelism", "config_json")
+    __slots__ = ("summary", "assignment", "errors", "component_parallelism", "config_json", "workers")
     class ComponentParallelismEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -208,12 +208,28 @@ class TopologyDetail(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     COMPONENT_PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
     summary: TopologySummary
     assignment: _records_pb2.Assignment
     errors: _containers.RepeatedCompositeFieldContainer[_records_pb2.ErrorInfo]
     component_parallelism: _containers.ScalarMap[str, int]
     config_json: str
-    def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ...) -> None: ...
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s")
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    supervisor_id: str
+    slot: int
+    host: str
+    state: str
+    heartbeat_age_s: float
+    def __init__(self, supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
 
 class GetClusterSummaryRequest(_message.Message):
     __slots__ = ()

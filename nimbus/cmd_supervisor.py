@@ -1,0 +1,83 @@
+"""``nimbus supervisor``: run one supervisor until SIGTERM or SIGINT, then leave and exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from nimbus.envargs import add_env_flag
+from nimbus.errors import NimbusError
+from pipeline.supervisor import Supervisor, SupervisorConfig
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_env_flag(p, "--zookeeper", required=True, help="ZooKeeper connect string")
+    add_env_flag(p, "--root", default="/storm", help="ZooKeeper root of this cluster")
+    add_env_flag(p, "--id", default=socket.gethostname(), help="supervisor id (unique)")
+    add_env_flag(p, "--host", default="", help="host name workers are reached at")
+    add_env_flag(p, "--slots", type=int, default=4, help="worker slots on this host")
+    add_env_flag(p, "--heartbeat-interval", type=float, default=1.0, help="seconds")
+    add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
+    add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    p.set_defaults(func=run)
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "supervisor", help="run one supervisor (keeps the slots assigned to this host)"
+    )
+    add_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        config = SupervisorConfig(
+            zookeeper=args.zookeeper,
+            root=args.root,
+            supervisor_id=args.id,
+            host=args.host,
+            slots=int(args.slots),
+            heartbeat_interval=float(args.heartbeat_interval),
+            session_timeout=float(args.session_timeout),
+        )
+    except NimbusError as e:
+        print(f"nimbus supervisor: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    supervisor = Supervisor(config)
+    try:
+        supervisor.start()
+    except NimbusError as e:
+        print(f"nimbus supervisor: {e}", file=sys.stderr)
+        return 1
+    print(f"supervising {config.supervisor_id} ({config.slots} slots)", flush=True)
+    while not stop.wait(0.5):
+        pass
+    supervisor.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pipeline.supervisor``: the same flags without the ``nimbus`` front end."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.supervisor", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,552 @@
+"""The leader's scheduler: which supervisor slots run each topology's workers.
+
+Two layers. ``plan`` and the staleness helpers are pure (no I/O, time passed in), so the
+placement rules are tested directly. ``SchedulerDuty`` is the leader-only thread that
+reads ZooKeeper, calls ``plan`` and writes only the assignments that changed, fenced and
+compare-and-set. Placement is sticky: a worker stays where it is while its supervisor is
+registered and its heartbeat is fresh, so a failover or a new supervisor moves nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+
+from code_sync.state import read_storms
+from fencing import FencedWriter, FencingError, NotLeaderError, WriteConflictError
+from leader.paths import Paths, parse_worker_name, worker_name
+from nimbus.api import records
+from nimbus.errors import NimbusError
+
+log = logging.getLogger(__name__)
+
+#: Topologies that get workers. INACTIVE keeps its workers (spouts paused, as in Storm);
+#: CODE_MISSING keeps whatever assignment it has but is never (re)placed.
+SCHEDULED = frozenset({records.ACTIVE, records.INACTIVE, records.REBALANCING})
+
+
+class SchedulerError(NimbusError):
+    """The scheduler was configured with settings it cannot work with."""
+
+
+class Slot(NamedTuple):
+    """One worker slot of one supervisor."""
+
+    supervisor_id: str
+    slot: int
+
+    def __str__(self) -> str:
+        return worker_name(self.supervisor_id, self.slot)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a topology asks for and where its workers are now."""
+
+    num_workers: int
+    current: records.Assignment | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Slots per topology and how many workers did not fit.
+
+    Kept slots keep their order and a replacement takes the place of the slot it
+    replaces, so a worker's index in ``Assignment.slots`` moves only when one is missing.
+    """
+
+    assignments: dict[str, list[records.SlotAssignment]]
+    shortfall: dict[str, int] = field(default_factory=dict)
+
+
+# -- pure logic ---------------------------------------------------------------------------
+
+
+def plan(
+    topologies: Mapping[str, Demand],
+    supervisors: Mapping[str, records.SupervisorInfo],
+    dead_slots: Iterable[Slot] = (),
+    *,
+    reserved: Iterable[Slot] = (),
+) -> Plan:
+    """Place ``num_workers`` workers per topology on the given (live) supervisors.
+
+    Kept: a current slot on a listed supervisor, within its ``slots_total``, not in
+    ``dead_slots`` and not taken twice. Everything else is placed one worker per
+    topology in turn (round-robin, fairest when capacity is short) on the supervisor
+    with the fewest used slots, then the fewest workers of that topology, then by id.
+    Supervisors with a dead slot get no new workers in this plan: a hung supervisor
+    shows as dead slots before its own record goes stale. ``reserved`` slots belong to
+    assignments the scheduler leaves alone. Workers that find no slot are counted in
+    ``shortfall``; a topology never gets more than it asked for.
+    """
+    dead = {Slot(*s) for s in dead_slots}
+    capacity = {sid: info.slots_total for sid, info in supervisors.items() if info.slots_total > 0}
+    taken: set[Slot] = {Slot(*s) for s in reserved}
+    used: Counter[str] = Counter(s.supervisor_id for s in taken)
+    rows: dict[str, list[records.SlotAssignment | None]] = {}
+    for tid in sorted(topologies):
+        demand = topologies[tid]
+        row: list[records.SlotAssignment | None] = []
+        for current in demand.current.slots if demand.current is not None else ():
+            key = Slot(current.supervisor_id, current.slot)
+            limit = capacity.get(key.supervisor_id, 0)
+            if 0 <= key.slot < limit and key not in dead and key not in taken:
+                taken.add(key)
+                used[key.supervisor_id] += 1
+                row.append(_slot(key, supervisors[key.supervisor_id], current.port))
+            else:
+                row.append(None)
+        _shrink(row, max(demand.num_workers, 0), taken, used)
+        rows[tid] = row
+    suspect = {s.supervisor_id for s in dead}
+    pending = [tid for tid in sorted(rows) if None in rows[tid]]
+    while pending:
+        for tid in list(pending):
+            row = rows[tid]
+            here = Counter(s.supervisor_id for s in row if s is not None)
+            free = _free_slot(capacity, taken, dead, suspect, used, here)
+            if free is None:
+                pending = []  # no room anywhere: every topology keeps what it has
+                break
+            taken.add(free)
+            used[free.supervisor_id] += 1
+            row[row.index(None)] = _slot(free, supervisors[free.supervisor_id], 0)
+            if None not in row:
+                pending.remove(tid)
+    return Plan(
+        assignments={tid: [s for s in row if s is not None] for tid, row in rows.items()},
+        shortfall={tid: row.count(None) for tid, row in rows.items() if None in row},
+    )
+
+
+def _slot(key: Slot, info: records.SupervisorInfo, port: int) -> records.SlotAssignment:
+    return records.SlotAssignment(
+        slot=key.slot, supervisor_id=key.supervisor_id, host=info.host, port=port
+    )
+
+
+def _shrink(
+    row: list[records.SlotAssignment | None],
+    want: int,
+    taken: set[Slot],
+    used: Counter[str],
+) -> None:
+    """Cut ``row`` to ``want`` entries (holes first, then from the busiest supervisor)."""
+    while len(row) > want:
+        if None in row:
+            del row[len(row) - 1 - row[::-1].index(None)]
+            continue
+        placed = [s for s in row if s is not None]  # no holes are left at this point
+        here = Counter(s.supervisor_id for s in placed)
+        loads = [(used[s.supervisor_id], here[s.supervisor_id], i) for i, s in enumerate(placed)]
+        victim = placed.pop(max(loads)[2])
+        row[:] = placed
+        taken.discard(Slot(victim.supervisor_id, victim.slot))
+        used[victim.supervisor_id] -= 1
+    row.extend([None] * (want - len(row)))
+
+
+def _free_slot(
+    capacity: Mapping[str, int],
+    taken: set[Slot],
+    dead: set[Slot],
+    suspect: set[str],
+    used: Counter[str],
+    here: Counter[str],
+) -> Slot | None:
+    best: tuple[int, int, str] | None = None
+    choice: Slot | None = None
+    for sid, total in capacity.items():
+        if sid in suspect or used[sid] >= total:
+            continue
+        free = next(
+            (n for n in range(total) if Slot(sid, n) not in taken and Slot(sid, n) not in dead),
+            None,
+        )
+        if free is None:
+            continue
+        rank = (used[sid], here[sid], sid)
+        if best is None or rank < best:
+            best, choice = rank, Slot(sid, free)
+    return choice
+
+
+def live_supervisors(
+    supervisors: Mapping[str, records.SupervisorInfo],
+    *,
+    now_ms: int,
+    timeout_ms: int,
+    not_before_ms: int = 0,
+) -> dict[str, records.SupervisorInfo]:
+    """Registered supervisors whose own heartbeat is fresh.
+
+    A supervisor's ephemeral node outlives a hung process by a whole session; its
+    ``heartbeat_ms`` does not. 0 (never reported) counts as fresh. ``not_before_ms`` is
+    when this leader started judging: nothing counts as silent for longer than that.
+    """
+    return {
+        sid: info
+        for sid, info in supervisors.items()
+        if not info.heartbeat_ms or now_ms - max(info.heartbeat_ms, not_before_ms) <= timeout_ms
+    }
+
+
+def stale_slots(
+    assignments: Mapping[str, records.Assignment],
+    heartbeats: Mapping[str, Mapping[Slot, records.WorkerHeartbeat]],
+    *,
+    now_ms: int,
+    timeout_ms: int,
+    not_before_ms: int = 0,
+) -> set[Slot]:
+    """Assigned slots whose worker has been silent for longer than ``timeout_ms``.
+
+    A slot's silence starts at the latest of its last heartbeat, its assignment's
+    ``assigned_ms`` (a worker gets a whole timeout to report after any change of its
+    topology's assignment; an older heartbeat from an earlier placement does not count)
+    and ``not_before_ms`` (a new leader gives everyone one timeout before judging, so its
+    first passes never churn even if heartbeats lagged while no leader was watching).
+    """
+    stale: set[Slot] = set()
+    for tid, assignment in assignments.items():
+        beats = heartbeats.get(tid, {})
+        for assigned in assignment.slots:
+            key = Slot(assigned.supervisor_id, assigned.slot)
+            beat = beats.get(key)
+            last = max(beat.time_ms if beat is not None else 0, assignment.assigned_ms)
+            if now_ms - max(last, not_before_ms) > timeout_ms:
+                stale.add(key)
+    return stale
+
+
+def respread_due(base: records.StormBase, current: records.Assignment | None, now_ms: int) -> bool:
+    """A finished rebalance wait not yet acted on: place the topology afresh, evenly.
+
+    Placement is otherwise sticky, so spreading onto new supervisors is what a rebalance
+    is for. Due once the wait is over and until an assignment newer than it is written;
+    the rebalance should end (status back) only after that (see ``rebalance_done``).
+    """
+    return (
+        base.status == records.REBALANCING
+        and 0 < base.rebalance_until_ms <= now_ms
+        and current is not None
+        and current.assigned_ms < base.rebalance_until_ms
+    )
+
+
+def rebalance_done(base: records.StormBase, current: records.Assignment | None) -> bool:
+    """True once the scheduler has placed a rebalanced topology afresh (or had nothing to move)."""
+    return current is None or current.assigned_ms >= base.rebalance_until_ms
+
+
+def same_slots(a: Sequence[records.SlotAssignment], b: Sequence[records.SlotAssignment]) -> bool:
+    def key(s: records.SlotAssignment) -> tuple[str, int, str, int]:
+        return (s.supervisor_id, s.slot, s.host, s.port)
+
+    return [key(s) for s in a] == [key(s) for s in b]
+
+
+def describe(slots: Sequence[records.SlotAssignment]) -> str:
+    return "[" + ", ".join(worker_name(s.supervisor_id, s.slot) for s in slots) + "]"
+
+
+# -- the leader's duty ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """An assignment as read, with the version to compare-and-set against."""
+
+    record: records.Assignment | None  # None: damaged, overwrite it
+    version: int
+
+
+class SchedulerDuty:
+    """Leader-only: keeps ``/assignments`` in line with ``/storms`` and live supervisors.
+
+    Runs until its writer's token is cancelled. Each pass reads ``/storms``,
+    ``/supervisors``, ``/assignments`` and ``/workerbeats``, plans, and writes only
+    what changed. ``clock`` is the wall clock in seconds: heartbeats carry wall-clock
+    times written on other hosts, so it must be comparable with theirs.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        writer: FencedWriter,
+        *,
+        interval: float,
+        heartbeat_timeout: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval <= 0:
+            raise SchedulerError(f"schedule interval must be > 0 seconds, got {interval}")
+        if heartbeat_timeout <= interval:
+            raise SchedulerError(
+                f"heartbeat timeout ({heartbeat_timeout}s) must exceed the schedule interval "
+                f"({interval}s), or workers would be judged between two looks"
+            )
+        self._client = client
+        self._paths = Paths(root)
+        self._writer = writer
+        self._interval = interval
+        self._timeout_ms = int(heartbeat_timeout * 1000)
+        self._clock = clock
+        self._started_ms = self._now_ms()
+        self._wake = threading.Event()
+        self._shortfall: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+
+    @property
+    def shortfall(self) -> dict[str, int]:
+        """Workers per topology the last pass could not place (no free slot)."""
+        return dict(self._shortfall)
+
+    def start(self) -> None:
+        token = self._writer.token
+        token.on_cancel(lambda _reason: self._wake.set())
+        for folder in (self._paths.storms, self._paths.supervisors):
+            ChildrenWatch(self._client, folder, self._on_children)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Run a pass now (a topology was submitted, a supervisor came or went)."""
+        self._wake.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def run_once(self) -> list[str]:
+        """One pass; returns the changes made, in words."""
+        now = self._now_ms()
+        storms = read_storms(self._client, self._paths)
+        stored = self._read_assignments()
+        current = {tid: s.record for tid, s in stored.items() if s.record is not None}
+        beats = self._read_heartbeats()
+        supervisors = live_supervisors(
+            self._read_supervisors(),
+            now_ms=now,
+            timeout_ms=self._timeout_ms,
+            not_before_ms=self._started_ms,
+        )
+        scheduled = {tid: base for tid, base in storms.items() if base.status in SCHEDULED}
+        dead = stale_slots(
+            {tid: a for tid, a in current.items() if tid in scheduled},
+            beats,
+            now_ms=now,
+            timeout_ms=self._timeout_ms,
+            not_before_ms=self._started_ms,
+        )
+        reserved = [
+            Slot(s.supervisor_id, s.slot)
+            for tid, a in current.items()
+            if tid in storms and tid not in scheduled and storms[tid].status != records.KILLED
+            for s in a.slots
+        ]
+        afresh = {
+            tid for tid, base in scheduled.items() if respread_due(base, current.get(tid), now)
+        }
+        result = plan(
+            {
+                tid: Demand(max(base.num_workers, 1), None if tid in afresh else current.get(tid))
+                for tid, base in scheduled.items()
+            },
+            supervisors,
+            dead,
+            reserved=reserved,
+        )
+        self._note_shortfall(result.shortfall)
+        changes: list[str] = []
+        for tid in sorted(scheduled):
+            slots = result.assignments[tid]
+            change = self._write(tid, scheduled[tid], stored.get(tid), slots, now, tid in afresh)
+            if change:
+                changes.append(change)
+        for tid in sorted(stored):
+            base = storms.get(tid)
+            if base is None or base.status == records.KILLED:
+                changes.extend(self._remove(tid, stored[tid].version, base))
+        in_use: dict[str, set[Slot]] = {}  # before and after this pass
+        for tid, a in current.items():
+            in_use.setdefault(tid, set()).update(Slot(s.supervisor_id, s.slot) for s in a.slots)
+        for tid, placed in result.assignments.items():
+            in_use.setdefault(tid, set()).update(Slot(s.supervisor_id, s.slot) for s in placed)
+        changes.extend(self._clean_heartbeats(storms, set(stored), in_use, beats, now))
+        return changes
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _write(
+        self,
+        tid: str,
+        base: records.StormBase,
+        stored: _Stored | None,
+        slots: list[records.SlotAssignment],
+        now_ms: int,
+        afresh: bool,
+    ) -> str | None:
+        """Write when placement or code changed; an afresh placement is always written,
+        so its newer ``assigned_ms`` shows the rebalance was acted on."""
+        old = stored.record if stored is not None else None
+        same = old is not None and same_slots(old.slots, slots) and old.digest == base.digest
+        if same and not afresh:
+            return None
+        if stored is None and not slots:
+            return None  # nothing to say yet: no supervisor has room
+        record = records.Assignment(
+            topology_id=tid, slots=slots, digest=base.digest, assigned_ms=now_ms
+        )
+        path = self._paths.assignment(tid)
+        try:
+            if stored is None:
+                self._writer.create_record(path, record)
+            else:
+                self._writer.set_record(path, record, version=stored.version)
+        except WriteConflictError as e:
+            log.info("assignment of %s changed under us, next pass: %s", tid, e)
+            return None
+        before = describe(old.slots) if old is not None else "none"
+        return f"{tid}: {before} -> {describe(slots)}" + (" (rebalanced)" if afresh else "")
+
+    def _remove(self, tid: str, version: int, base: records.StormBase | None) -> list[str]:
+        why = "killed" if base is not None else "no longer in /storms"
+        try:
+            self._writer.delete(self._paths.assignment(tid), version=version)
+            self._writer.delete_recursive(self._paths.workerbeats_of(tid))
+        except WriteConflictError as e:
+            log.info("could not remove the assignment of %s yet: %s", tid, e)
+            return []
+        return [f"{tid}: assignment removed ({why})"]
+
+    def _clean_heartbeats(
+        self,
+        storms: Mapping[str, records.StormBase],
+        had_assignment: set[str],
+        in_use: Mapping[str, set[Slot]],
+        beats: Mapping[str, Mapping[Slot, records.WorkerHeartbeat]],
+        now_ms: int,
+    ) -> list[str]:
+        """Remove heartbeats nobody will update: of gone topologies, of unassigned slots.
+
+        A heartbeat of a slot no longer assigned is removed by its supervisor; the leader
+        removes it only once it is stale too (its supervisor is dead), so the two never
+        fight over a node a live supervisor is still about to delete. ``in_use`` holds
+        the slots of each topology before and after this pass: a write that lost a race
+        must not cost a live worker its heartbeat.
+        """
+        changes: list[str] = []
+        for tid in sorted(beats):
+            base = storms.get(tid)
+            try:
+                if base is None or base.status == records.KILLED:
+                    # with an assignment, ``_remove`` took its heartbeats along with it
+                    if tid not in had_assignment and self._writer.delete_recursive(
+                        self._paths.workerbeats_of(tid)
+                    ):
+                        changes.append(f"{tid}: heartbeats removed (topology gone)")
+                    continue
+                for key, beat in sorted(beats[tid].items()):
+                    if key in in_use.get(tid, ()) or now_ms - beat.time_ms <= self._timeout_ms:
+                        continue
+                    self._writer.delete(self._paths.workerbeat(tid, str(key)))
+                    changes.append(f"{tid}: stale heartbeat of unassigned {key} removed")
+            except WriteConflictError as e:
+                log.info("heartbeat clean-up of %s deferred: %s", tid, e)
+        return changes
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _read_assignments(self) -> dict[str, _Stored]:
+        result: dict[str, _Stored] = {}
+        for tid in self._children(self._paths.assignments):
+            try:
+                data, stat = self._client.get(self._paths.assignment(tid))
+            except NoNodeError:
+                continue
+            try:
+                record: records.Assignment | None = records.Assignment.FromString(data)
+            except DecodeError:
+                log.warning("damaged assignment of %s will be rewritten", tid)
+                record = None
+            result[tid] = _Stored(record, int(stat.version))
+        return result
+
+    def _read_supervisors(self) -> dict[str, records.SupervisorInfo]:
+        result: dict[str, records.SupervisorInfo] = {}
+        for sid in self._children(self._paths.supervisors):
+            try:
+                data, _ = self._client.get(self._paths.supervisor(sid))
+                info = records.SupervisorInfo.FromString(data)
+            except NoNodeError:
+                continue
+            except DecodeError:
+                log.warning("ignoring supervisor %s: damaged record", sid)
+                continue
+            result[sid] = info
+        return result
+
+    def _read_heartbeats(self) -> dict[str, dict[Slot, records.WorkerHeartbeat]]:
+        result: dict[str, dict[Slot, records.WorkerHeartbeat]] = {}
+        for tid in self._children(self._paths.workerbeats):
+            beats: dict[Slot, records.WorkerHeartbeat] = {}
+            for name in self._children(self._paths.workerbeats_of(tid)):
+                parsed = parse_worker_name(name)
+                if parsed is None:
+                    continue
+                try:
+                    data, _ = self._client.get(self._paths.workerbeat(tid, name))
+                    beats[Slot(*parsed)] = records.WorkerHeartbeat.FromString(data)
+                except NoNodeError:
+                    continue
+                except DecodeError:
+                    log.warning("ignoring damaged heartbeat %s/%s", tid, name)
+            result[tid] = beats
+        return result
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._client.get_children(path))
+        except NoNodeError:
+            return []
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _note_shortfall(self, shortfall: dict[str, int]) -> None:
+        if shortfall != self._shortfall:
+            for tid, missing in sorted(shortfall.items()):
+                log.warning("%s: %d worker(s) found no free slot", tid, missing)
+        self._shortfall = shortfall
+
+    def _on_children(self, children: list[str]) -> bool | None:
+        if self._writer.token.cancelled:
+            return False  # this term is over: stop watching
+        self._wake.set()
+        return None
+
+    def _run(self) -> None:
+        token = self._writer.token
+        while not token.cancelled:
+            self._wake.clear()
+            try:
+                for change in self.run_once():
+                    log.info("scheduler: %s", change)
+            except NotLeaderError:
+                return
+            except (FencingError, KazooException) as e:
+                log.info("scheduler pass failed, next pass in %.1fs: %s", self._interval, e)
+            self._wake.wait(self._interval)
