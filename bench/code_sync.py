@@ -478,7 +478,7 @@ def raw_once(port: int, package: Package, dest: Path) -> None:
 class Series:
     seconds: list[float] = field(default_factory=list)
     server_cpu_s: list[float] = field(default_factory=list)  # the serving replica's, per run
-    server_faults: list[int] = field(default_factory=list)  # its minor page faults, per run
+    server_faults: list[float] = field(default_factory=list)  # its minor page faults, per run
 
     def mib_per_s(self, mib: float) -> list[float]:
         return [mib / s for s in self.seconds]
@@ -544,7 +544,7 @@ def measure(
             out.seconds.append(took)
             if before is not None and after is not None and name in (SYNC, STREAM):
                 out.server_cpu_s.append(after[0] - before[0])
-                out.server_faults.append(after[1] - before[1])
+                out.server_faults.append(float(after[1] - before[1]))
         return took
 
     for i in range(warmup + rounds):
@@ -573,6 +573,10 @@ def zookeeper_version(port: int) -> str:
         if line.startswith("Zookeeper version:"):
             return line.partition(":")[2].split("-")[0].split(",")[0].strip()
     return "unknown"
+
+
+def _p50_or_none(samples: list[float]) -> float | None:
+    return round(percentile(samples, 50), 4) if samples else None
 
 
 def report(
@@ -604,13 +608,13 @@ def report(
         f"{REPLICAS} `nimbus serve` replicas, standalone ZooKeeper {zk_version}, loopback"
     )
     print(
-        f"{rounds} rounds of each method after {warmup} warm-up round, alternating which "
-        f"goes first; every transfer into a fresh directory (deleted after); sync from the "
-        f"leader {source} into this process"
+        f"{rounds} rounds after {warmup} warm-up round, every method once per round in "
+        f"rotating order; every transfer into a fresh directory (deleted after); sync from "
+        f"the leader {source} into this process"
     )
     print()
     rows: list[list[object]] = []
-    for name in METHODS:
+    for name in (*METHODS, *PARTS):
         s = series[name].seconds
         rows.append(
             [
@@ -630,10 +634,17 @@ def report(
         rows,
     )  # fmt: skip
     print()
-    for name in METHODS:
+    for name in (*METHODS, *PARTS):
         print(f"{name}: {DESCRIPTIONS[name]}")
     verdict = "meets" if ratio >= TARGET_RATIO else "MISSES"
     print(f"sync / raw (p50 throughput) = {ratio:.3f}: {verdict} the target >= {TARGET_RATIO}")
+    server = {name: series[name] for name in (SYNC, STREAM) if series[name].server_cpu_s}
+    for name, got in server.items():
+        print(
+            f"serving replica during one {name}: CPU p50 {percentile(got.server_cpu_s, 50):.3f} s, "
+            f"minor page faults p50 {percentile(got.server_faults, 50):.0f} "
+            f"({package.size / 4096:.0f} pages of 4 KiB in the package)"
+        )
     print()
     already = " (already held when the submit returned)" if submitted.held_at_return else ""
     print(
@@ -668,6 +679,12 @@ def report(
         "sync_over_raw": round(ratio, 3),
         "target_sync_over_raw": TARGET_RATIO,
         "meets_target": ratio >= TARGET_RATIO,
+        "stream_only_mib_per_s": round(p50_rate[STREAM], 1),
+        "stream_only_p50_s": round(p50_s[STREAM], 4),
+        "validate_p50_s": round(p50_s[VALIDATE], 4),
+        "server_cpu_per_sync_s": _p50_or_none(series[SYNC].server_cpu_s),
+        "server_cpu_per_stream_s": _p50_or_none(series[STREAM].server_cpu_s),
+        "server_minor_faults_per_sync": _p50_or_none(series[SYNC].server_faults),
         "sync_s": [round(s, 4) for s in series[SYNC].seconds],
         "raw_socket_s": [round(s, 4) for s in series[RAW].seconds],
         "submit_s": round(submitted.submit_s, 4),

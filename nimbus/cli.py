@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from nimbus import (
+    cmd_dev,
     cmd_leader,
-    cmd_local,
     cmd_serve,
     cmd_supervisor,
     cmd_topology,
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_supervisor.register(sub)
     cmd_leader.register(sub)
     cmd_topology.register(sub)
-    cmd_local.register(sub)
+    cmd_dev.register(sub)
     cmd_zookeeper.register(sub)
     return parser
 
