@@ -16,7 +16,6 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from code_sync.state import read_storms
 from code_sync.syncer import CodeSyncer
 from fencing import (
     Create,
@@ -62,7 +61,7 @@ class CodeMissingDuty:
         """One pass; returns the changes made, in words."""
         changes: list[str] = []
         self._syncer.missing()  # refreshes how long each topology has had no holder
-        for topology_id, base in sorted(read_storms(self._client, self._paths).items()):
+        for topology_id, base in sorted(self._syncer.storms.items().items()):
             held = bool(base.digest) and self._syncer.store.has(base.digest)
             if base.status != records.CODE_MISSING and not held:
                 if self._syncer.code_abandoned(topology_id):

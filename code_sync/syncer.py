@@ -19,17 +19,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_random_exponential
 
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.peer import fetch_from_peer
-from code_sync.state import Holders, read_holders, read_storms
+from code_sync.state import Holders, read_holders_of
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership
 from leader.paths import Paths
+from nimbus.api import records
+from nimbus.recordcache import RecordCache
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ class CodeSyncer:
         root: str,
         replica_id: str,
         store: CodeStore,
+        storms: RecordCache[records.StormBase],
         *,
         interval: float,
         gc_grace: float,
@@ -67,6 +71,9 @@ class CodeSyncer:
         self._paths = Paths(root)
         self._id = replica_id
         self.store = store
+        self.storms = storms
+        self._registered: set[str] = set()  # topology ids registered on _registered_session
+        self._registered_session: int | None = None
         self._membership = Membership(client, replica_id, timeout=10.0)
         self._interval = interval
         self._gc_grace = gc_grace
@@ -115,11 +122,13 @@ class CodeSyncer:
         not block (Storm's STORM-3664: a cluster must always be able to elect); the
         leader then marks it CODE_MISSING.
         """
-        storms = read_storms(self._client, self._paths)
         blocking: list[str] = []
         now = self._clock()
-        for topology_id, base in sorted(storms.items()):
-            if base.digest and self.store.has(base.digest):
+        for topology_id in sorted(self._client.get_children(self._paths.storms)):
+            digest = self._digest_of(topology_id)
+            if digest is None:
+                continue  # removed while we looked
+            if digest and self.store.has(digest):
                 self._holderless_since.pop(topology_id, None)
                 continue
             holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
@@ -131,6 +140,20 @@ class CodeSyncer:
             if now - since < self._code_wait:
                 blocking.append(topology_id)
         return blocking
+
+    def _digest_of(self, topology_id: str) -> str | None:
+        """A topology's digest: from the cache (it never changes for an id), else read now."""
+        base = self.storms.get(topology_id)
+        if base is not None:
+            return base.digest
+        try:
+            data, _ = self._client.get(self._paths.storm(topology_id))
+        except NoNodeError:
+            return None
+        try:
+            return records.StormBase.FromString(data).digest
+        except DecodeError:
+            return ""
 
     def has_all_code(self) -> bool:
         return not self.missing()
@@ -148,17 +171,24 @@ class CodeSyncer:
 
     def _sync_once(self) -> SyncReport:
         report = SyncReport()
-        storms = read_storms(self._client, self._paths)
-        holders = read_holders(self._client, self._paths)
+        storms = self.storms.items()
         wanted: dict[str, str] = {tid: base.digest for tid, base in storms.items() if base.digest}
+        in_flight = set(self._client.get_children(self._paths.code_distributor)) - set(storms)
+        holders = {tid: read_holders_of(self._client, self._paths, tid) for tid in in_flight}
         for tid, h in holders.items():
-            if tid not in wanted and h.digest:
+            if h.digest:
                 wanted[tid] = h.digest  # a submission still gathering replicas
+        session = self._session_id()
+        if session != self._registered_session:
+            self._registered, self._registered_session = set(), session
         for topology_id, digest in sorted(wanted.items()):
             if self._stop.is_set():
                 break
-            held = holders.get(topology_id, Holders("", ()))
             if not self.store.has(digest):
+                self._registered.discard(topology_id)
+                held = holders.get(topology_id) or read_holders_of(
+                    self._client, self._paths, topology_id
+                )
                 peers = [r for r in held.replicas if r != self._id]
                 error = self._download(topology_id, digest, peers)
                 if error is not None:
@@ -167,11 +197,12 @@ class CodeSyncer:
                         report.missing.append(topology_id)
                     continue
                 report.downloaded.append(topology_id)
-            if self._id not in held.replicas:
+            if topology_id not in self._registered:
                 try:
                     self._membership.register(
                         self._paths.code_holder(topology_id, self._id), digest.encode()
                     )
+                    self._registered.add(topology_id)
                     report.registered.append(topology_id)
                 except (FencingError, KazooException) as e:
                     report.failed[topology_id] = f"could not register: {e}"
@@ -183,6 +214,10 @@ class CodeSyncer:
                 self._on_change()
         return report
 
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else None
+
     def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
         """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
         if not holders:
@@ -192,7 +227,11 @@ class CodeSyncer:
         def one_round() -> None:
             for holder in holders:
                 try:
-                    self.store.write(self._fetch(holder, digest), expected_digest=digest)
+                    # The digest names a package the leader validated at submit; matching
+                    # SHA-256 means the same bytes, so the layout check is not redone.
+                    self.store.write(
+                        self._fetch(holder, digest), expected_digest=digest, validate=False
+                    )
                     log.info("fetched %s (%s) from %s", topology_id, digest[:12], holder)
                     return
                 except StoreError:
@@ -239,6 +278,7 @@ class CodeSyncer:
             if now - since >= self._gc_grace:
                 try:
                     self._membership.unregister(self._paths.code_holder(topology_id, self._id))
+                    self._registered.discard(topology_id)
                 except (FencingError, KazooException) as e:
                     log.info("could not drop code-distributor node of %s: %s", topology_id, e)
                 self._orphan_since.pop(topology_id, None)

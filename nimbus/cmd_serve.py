@@ -15,6 +15,7 @@ from nimbus.config import NimbusConfig
 from nimbus.daemon import NimbusDaemon
 from nimbus.envargs import add_env_flag
 from nimbus.errors import ConfigError, NimbusError
+from nimbus.malloc import tune_for_streaming
 
 # flag, type, default, help. Values come from, highest first: the flag, the environment
 # variable NIMBUS_<FLAG>, the --config file (TOML, keys as flag names), the default.
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    tune_for_streaming()
     try:
         config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
         daemon = NimbusDaemon(config)

@@ -25,11 +25,12 @@ from leader.health import NimbusHealth
 from leader.paths import Paths
 from leader.registry import Registry
 from leader.servicer import NimbusServicer
-from nimbus.api import rpc
+from nimbus.api import records, rpc
 from nimbus.config import NimbusConfig
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.recordcache import RecordCache
 from nimbus.scheduler import SchedulerDuty
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
@@ -48,11 +49,15 @@ class NimbusDaemon:
         )
         self.cache = LeaderCache(self.client, config.root)
         self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
+        self.storms = RecordCache(
+            self.client, Paths(config.root).storms, records.StormBase.FromString
+        )
         self.syncer = CodeSyncer(
             self.client,
             config.root,
             config.replica_id,
             self.store,
+            self.storms,
             interval=config.sync_interval,
             gc_grace=config.gc_grace,
             code_wait=config.code_wait,
@@ -121,6 +126,8 @@ class NimbusDaemon:
         self.config.code_dir.mkdir(parents=True, exist_ok=True)
         self.cache.add_listener(self.health.refresh)
         self.cache.start()
+        self.storms.start()
+        self.storms.wait_loaded(self.config.connect_timeout)
         self.registry.start()
         self.server.start()
         self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
@@ -170,7 +177,11 @@ class NimbusDaemon:
             interval=self.config.sync_interval,
         ).start()
         LifecycleDuty(
-            self.client, self.config.root, writer, interval=self.config.sync_interval
+            self.client,
+            self.config.root,
+            writer,
+            interval=self.config.sync_interval,
+            storms=self.storms.items,
         ).start()
         SchedulerDuty(
             self.client,
@@ -178,6 +189,7 @@ class NimbusDaemon:
             writer,
             interval=self.config.schedule_interval,
             heartbeat_timeout=self.config.heartbeat_timeout,
+            storms=self.storms.items,
         ).start()
         self.registry.set_role(is_leader=True, epoch=epoch)
         self.health.refresh()

@@ -206,9 +206,11 @@ class LifecycleDuty:
         *,
         interval: float,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        storms: Callable[[], dict[str, records.StormBase]] | None = None,
     ) -> None:
         self._client = client
         self._paths = Paths(root)
+        self._storms = storms or (lambda: read_storms(self._client, self._paths))
         self._writer = writer
         self._interval = interval
         self._wall_ms = wall_ms
@@ -220,7 +222,7 @@ class LifecycleDuty:
     def run_once(self) -> list[str]:
         changes: list[str] = []
         now = self._wall_ms()
-        for topology_id, base in sorted(read_storms(self._client, self._paths).items()):
+        for topology_id, base in sorted(self._storms().items()):
             if base.status == records.KILLED and now >= base.kill_time_ms + base.kill_wait_s * 1000:
                 self._remove(topology_id, base)
                 changes.append(f"{topology_id}: removed")

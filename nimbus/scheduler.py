@@ -290,7 +290,10 @@ class SchedulerDuty:
         interval: float,
         heartbeat_timeout: float,
         clock: Callable[[], float] = time.time,
+        storms: Callable[[], dict[str, records.StormBase]] | None = None,
     ) -> None:
+        # ``storms`` is the daemon's watch-fed cache; tests read ZooKeeper directly.
+        self._storms = storms or (lambda: read_storms(self._client, self._paths))
         if interval <= 0:
             raise SchedulerError(f"schedule interval must be > 0 seconds, got {interval}")
         if heartbeat_timeout <= interval:
@@ -331,7 +334,7 @@ class SchedulerDuty:
     def run_once(self) -> list[str]:
         """One pass; returns the changes made, in words."""
         now = self._now_ms()
-        storms = read_storms(self._client, self._paths)
+        storms = self._storms()
         stored = self._read_assignments()
         current = {tid: s.record for tid, s in stored.items() if s.record is not None}
         beats = self._read_heartbeats()

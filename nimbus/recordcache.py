@@ -1,0 +1,134 @@
+"""A watch-fed, in-memory copy of one folder of protobuf records (``/storms``, ...).
+
+Leader duties and the code sync run every second; re-reading 10,000 records each time
+would swamp ZooKeeper and slow the very first write after a failover. This cache reads
+each record once (pipelined, asynchronously) and again only when its watch fires. A new
+session loses the server's watches, so it reloads everything once after one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.recipe.watchers import ChildrenWatch
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+class RecordCache(Generic[M]):
+    def __init__(self, client: KazooClient, folder: str, parse: Callable[[bytes], M]) -> None:
+        self._client = client
+        self._folder = folder
+        self._parse = parse
+        self._guard = threading.Lock()
+        self._records: dict[str, tuple[M, int]] = {}
+        self._children: set[str] = set()
+        self._pending = 0
+        self._loaded = threading.Condition(self._guard)
+        self._session_lost = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        self._client.add_listener(self._on_state)
+        ChildrenWatch(self._client, self._folder, self._on_children)
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Called after any record changes (from kazoo's event thread; must not block)."""
+        self._listeners.append(callback)
+
+    # -- queries -----------------------------------------------------------------------
+
+    def items(self) -> dict[str, M]:
+        with self._guard:
+            return {name: record for name, (record, _) in self._records.items()}
+
+    def get(self, name: str) -> M | None:
+        with self._guard:
+            entry = self._records.get(name)
+        return entry[0] if entry else None
+
+    def names(self) -> set[str]:
+        with self._guard:
+            return set(self._children)
+
+    def wait_loaded(self, timeout: float) -> bool:
+        """Block until every child seen so far has been read once."""
+        with self._loaded:
+            return self._loaded.wait_for(lambda: self._pending == 0, timeout)
+
+    # -- watch plumbing (kazoo's threads) -------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            for name in self.names():  # the new session has none of our data watches
+                self._load(name)
+
+    def _on_children(self, children: list[str]) -> None:
+        current = set(children)
+        with self._guard:
+            added = current - self._children
+            removed = self._children - current
+            self._children = current
+            for name in removed:
+                self._records.pop(name, None)
+        for name in added:
+            self._load(name)
+        if removed:
+            self._notify()
+
+    def _load(self, name: str) -> None:
+        path = f"{self._folder}/{name}"
+        with self._guard:
+            self._pending += 1
+        result = self._client.get_async(path, watch=self._on_node)
+        result.rawlink(lambda r: self._loaded_one(name, r))
+
+    def _loaded_one(self, name: str, result: IAsyncResult) -> None:
+        try:
+            data, stat = result.get_nowait()
+            record: M | None = self._parse(data)
+        except NoNodeError:
+            record = None
+        except DecodeError:
+            log.warning("skipping damaged record %s/%s", self._folder, name)
+            record = None
+        except Exception as e:  # connection trouble: the session reload will retry
+            log.info("could not read %s/%s: %s", self._folder, name, e)
+            record = None
+        with self._guard:
+            if record is not None and name in self._children:
+                self._records[name] = (record, int(stat.version))
+            else:
+                self._records.pop(name, None)
+            self._pending -= 1
+            self._loaded.notify_all()
+        self._notify()
+
+    def _on_node(self, event: WatchedEvent) -> None:
+        name = event.path.rsplit("/", 1)[-1]
+        if event.type == EventType.DELETED:
+            with self._guard:
+                self._records.pop(name, None)
+            self._notify()
+        elif event.type in (EventType.CHANGED, EventType.CREATED):
+            self._load(name)
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:
+                log.exception("record cache listener failed")
