@@ -210,6 +210,8 @@ def test_when_every_replica_lost_the_code_a_leader_is_still_elected_and_marks_it
             zk_client.get(f"{PATHS.errors}/{reply.topology_id}/nimbus/{errors[0]}")[0]
         ).message
         assert "CODE_MISSING" in message
+        shown = client.describe("lost").errors  # what `nimbus describe` shows
+        assert any("CODE_MISSING" in e.message for e in shown)
         spawn(extra=flags, code_dir=keep)  # a replica with the code comes back
         wait_until(lambda: client.describe("lost").summary.status == records.ACTIVE, timeout=30)
 

@@ -16,7 +16,8 @@ from kazoo.client import KazooClient
 from leader.client import NimbusCallError, NimbusClient
 from leader.paths import Paths
 from nimbus.api import pb, records
-from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from nimbus.zkserver import free_ports
+from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.waiting import wait_until
 
@@ -36,40 +37,60 @@ def ok_json(*args: str) -> object:
     return json.loads(done.stdout)
 
 
-def status_everywhere(replicas: list[Replica], name: str) -> set[str]:
-    return {
-        str(ok_json("describe", name, "--seeds", r.address)["status"])  # type: ignore[index]
-        for r in replicas
-    }
-
-
-def test_the_whole_lifecycle_through_the_cli_is_seen_by_every_replica(
-    spawn: Spawn, tmp_path: Path
+def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_replica(
+    tmp_path: Path,
 ) -> None:
-    replicas = [spawn() for _ in range(3)]
-    wait_for_agreed_leader(replicas, timeout=30)
-    seeds = ",".join(r.address for r in replicas)
-    path, _ = package(tmp_path, "wc")
-    done = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
-    assert done.returncode == 0, done.stderr
-    listed = ok_json("list", "--seeds", seeds)
-    assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]  # type: ignore[index, union-attr]
-    for action, expected in (
-        (("deactivate", "wc"), "INACTIVE"),
-        (("activate", "wc"), "ACTIVE"),
-        (("rebalance", "wc", "--workers", "3", "--wait", "6"), "REBALANCING"),
-    ):
-        reply = ok_json(*action, "--seeds", seeds)
-        assert reply["status"] == expected  # type: ignore[index]
-        assert status_everywhere(replicas, "wc") == {expected}
-    wait_until(lambda: status_everywhere(replicas, "wc") == {"ACTIVE"}, timeout=20)
-    assert ok_json("describe", "wc", "--seeds", seeds)["num_workers"] == 3  # type: ignore[index]
-    assert ok_json("kill", "wc", "--wait", "1", "--seeds", seeds)["status"] == "KILLED"  # type: ignore[index]
-    wait_until(lambda: ok_json("list", "--seeds", seeds) == [], timeout=20)
-    gone = cli("describe", "wc", "--seeds", seeds)
-    assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
-    again = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
-    assert again.returncode == 0, "the name is free again after removal: " + again.stderr
+    base = free_ports(1)[0]
+    dev = subprocess.Popen(
+        [
+            sys.executable, "-m", "nimbus.cli", "dev", "--replicas", "3", "--supervisors", "1",
+            "--base-port", str(base), "--workdir", str(tmp_path / "dev"),
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        addresses = [f"127.0.0.1:{base + i}" for i in (1, 2, 3)]
+        seeds = ",".join(addresses)
+        wait_until(lambda: cli("leader", "--seeds", seeds, "--timeout", "2").returncode == 0,
+                   timeout=60)  # fmt: skip
+        path, _ = package(tmp_path, "wc")
+        done = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+        assert done.returncode == 0, done.stderr
+        listed = ok_json("list", "--seeds", seeds)
+        assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]  # type: ignore[index, union-attr]
+
+        def everywhere() -> set[str]:
+            return {
+                str(ok_json("describe", "wc", "--seeds", a)["status"])  # type: ignore[index]
+                for a in addresses
+            }
+
+        for action, expected in (
+            (("deactivate", "wc"), "INACTIVE"),
+            (("activate", "wc"), "ACTIVE"),
+            (("rebalance", "wc", "--workers", "3", "--wait", "6"), "REBALANCING"),
+        ):
+            reply = ok_json(*action, "--seeds", seeds)
+            assert reply["status"] == expected  # type: ignore[index]
+            assert everywhere() == {expected}
+        wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
+        shown = ok_json("describe", "wc", "--seeds", seeds)
+        assert shown["num_workers"] == 3  # type: ignore[index]
+        wait_until(
+            lambda: len(ok_json("describe", "wc", "--seeds", seeds)["workers"]) == 3,  # type: ignore[index, arg-type]
+            timeout=30,
+        )
+        killed = ok_json("kill", "wc", "--wait", "1", "--seeds", seeds)
+        assert killed["status"] == "KILLED"  # type: ignore[index]
+        wait_until(lambda: ok_json("list", "--seeds", seeds) == [], timeout=20)
+        gone = cli("describe", "wc", "--seeds", seeds)
+        assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
+        again = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+        assert again.returncode == 0, "the name is free again after removal: " + again.stderr
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        output, _ = dev.communicate(timeout=60)
+    assert dev.returncode == 0, output
 
 
 def test_killing_the_leader_between_calls_loses_no_acknowledged_change(
