@@ -1,0 +1,58 @@
+"""Word count: Storm's classic example as a topology package.
+
+sentences (files in a folder) -> split (SQL split, shuffle grouping)
+-> count (running count per word, fields grouping on ``word``) -> out (one file per batch).
+
+Configuration, first found wins per key:
+1. environment: ``WORDCOUNT_INPUT``, ``WORDCOUNT_OUTPUT``, ``WORDCOUNT_PARALLELISM``;
+2. ``config.json`` beside this file: ``{"input": ..., "output": ..., "parallelism": 2}``;
+3. defaults: input ``corpus/`` beside this file, output ``wordcount-output`` in the
+   working directory, parallelism 2.
+Relative paths in ``config.json`` are relative to this file's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pipeline.api import FileSink, FilesSpout, RunningCount, Split, Topology, TopologyBuilder
+
+HERE = Path(__file__).resolve().parent
+#: Words are lower-cased runs of letters, digits and apostrophes (a Java regex split).
+WORD_SEPARATOR = r"[^a-z0-9']+"
+
+
+def config() -> dict[str, Any]:
+    """The effective settings (see the module docstring)."""
+    file_cfg: dict[str, Any] = {}
+    cfg_path = HERE / "config.json"
+    if cfg_path.is_file():
+        file_cfg = json.loads(cfg_path.read_text())
+
+    def path(key: str, env: str, default: Path) -> str:
+        if env in os.environ:
+            return os.environ[env]
+        if key in file_cfg:
+            return str(HERE / file_cfg[key])  # an absolute path stays absolute
+        return str(default)
+
+    return {
+        "input": path("input", "WORDCOUNT_INPUT", HERE / "corpus"),
+        "output": path("output", "WORDCOUNT_OUTPUT", Path.cwd() / "wordcount-output"),
+        "parallelism": int(os.environ.get("WORDCOUNT_PARALLELISM", file_cfg.get("parallelism", 2))),
+    }
+
+
+def build() -> Topology:
+    cfg = config()
+    n = cfg["parallelism"]
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", FilesSpout(cfg["input"], "line"))
+    split = Split("line", "word", pattern=WORD_SEPARATOR, lower=True)
+    builder.set_bolt("split", split, n).shuffle_grouping("sentences")
+    builder.set_bolt("count", RunningCount("word"), n).fields_grouping("split", "word")
+    builder.set_bolt("out", FileSink(cfg["output"])).global_grouping("count")
+    return builder.build()

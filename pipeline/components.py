@@ -1,0 +1,121 @@
+"""The three kinds of component a topology is made of: spouts, bolts and sinks.
+
+Each declares its output fields before Spark runs, so the compiler can refuse a grouping
+on an undeclared field at submit time instead of failing inside a running query.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from pipeline.errors import TopologyError
+
+Fields = tuple[str, ...]
+
+
+def as_fields(names: Sequence[str] | str, what: str) -> Fields:
+    """Normalise declared field names; duplicates and blanks are refused here, not in Spark."""
+    items = (names,) if isinstance(names, str) else tuple(names)
+    for name in items:
+        if not isinstance(name, str) or not name.strip():
+            raise TopologyError(
+                None, f"{what}: field names must be non-empty strings, got {name!r}"
+            )
+    dupes = sorted({n for n in items if items.count(n) > 1})
+    if dupes:
+        raise TopologyError(None, f"{what}: field {dupes[0]!r} is declared twice")
+    return items
+
+
+def require_fields(needed: Sequence[str], have: Fields, what: str) -> None:
+    """Raise naming the first needed field the input does not declare."""
+    for name in needed:
+        if name not in have:
+            raise TopologyError(
+                None, f"{what} uses undeclared field {name!r}; its input declares {list(have)}"
+            )
+
+
+def ddl_field_names(ddl: str) -> Fields:
+    """Top-level column names of a Spark DDL schema such as ``"word string, n bigint"``.
+
+    Parsed by hand because Spark's own parser needs a running JVM, and declared fields
+    must be known when a package is validated, before any session exists.
+    """
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(ddl):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    names: list[str] = []
+    for part in parts:
+        text = part.strip()
+        if not text:
+            raise TopologyError(None, f"schema {ddl!r} has an empty column")
+        if text.startswith("`"):
+            end = text.find("`", 1)
+            if end < 0:
+                raise TopologyError(None, f"schema {ddl!r} has an unclosed backtick")
+            names.append(text[1:end])
+        else:
+            names.append(text.replace(":", " ").split()[0])
+    return as_fields(names, f"schema {ddl!r}")
+
+
+class Spout(ABC):
+    """A replayable streaming source: Spark's checkpoint replaces Storm's acking."""
+
+    #: False for sources whose data is gone once read (socket): no exactly-once after a crash.
+    replayable: ClassVar[bool] = True
+
+    @property
+    @abstractmethod
+    def fields(self) -> Fields:
+        """The output fields, in column order."""
+
+    @abstractmethod
+    def stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        """A streaming DataFrame whose columns are exactly ``fields``."""
+
+
+class Bolt(ABC):
+    """A transformation of a stream; its output fields follow from its input fields."""
+
+    #: True for bolts that keep state per key: Spark allows one such step per query path.
+    stateful: ClassVar[bool] = False
+    #: True for stateless SQL bolts, which Spark runs in the JVM inside the upstream task.
+    sql: ClassVar[bool] = False
+
+    @abstractmethod
+    def output_fields(self, inputs: Fields) -> Fields:
+        """The fields this bolt emits given its input's; raises ``TopologyError`` if unusable."""
+
+    @abstractmethod
+    def apply(self, frame: DataFrame) -> DataFrame:
+        """The bolt's step on the (already grouped) input stream."""
+
+    def key_fields(self) -> Fields:
+        """For stateful bolts, the fields whose values select the state."""
+        return ()
+
+
+class Sink(ABC):
+    """Where a stream's output goes: each sink becomes one streaming query."""
+
+    def check_fields(self, inputs: Fields) -> None:  # noqa: B027 - optional hook
+        """Raise ``TopologyError`` if the sink cannot take a stream with these fields."""
+
+    @abstractmethod
+    def writer(self, frame: DataFrame) -> DataStreamWriter:
+        """``frame.writeStream`` with the sink's format or ``foreachBatch`` set."""
