@@ -238,3 +238,27 @@ def load_1min() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def vm_rss_mib(pid: int) -> float | None:
+    """A process's resident set (``VmRSS`` in ``/proc/<pid>/status``) in MiB; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for raw in f:
+                if raw.startswith("VmRSS:"):
+                    return int(raw.split()[1]) / 1024  # kB -> MiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used so far, from ``/proc/<pid>/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+        # after the command name: state ppid pgrp session tty tpgid flags minflt cminflt
+        # majflt cmajflt utime stime
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -124,11 +124,14 @@ class CodeSyncer:
         """
         blocking: list[str] = []
         now = self._clock()
+        held: dict[str, bool] = {}  # many topologies may share one package: check it once
         for topology_id in sorted(self._client.get_children(self._paths.storms)):
             digest = self._digest_of(topology_id)
             if digest is None:
                 continue  # removed while we looked
-            if digest and self.store.has(digest):
+            if digest and digest not in held:
+                held[digest] = self.store.has(digest)
+            if digest and held[digest]:
                 self._holderless_since.pop(topology_id, None)
                 continue
             holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
@@ -181,10 +184,13 @@ class CodeSyncer:
         session = self._session_id()
         if session != self._registered_session:
             self._registered, self._registered_session = set(), session
+        present: dict[str, bool] = {}
         for topology_id, digest in sorted(wanted.items()):
             if self._stop.is_set():
                 break
-            if not self.store.has(digest):
+            if digest not in present:
+                present[digest] = self.store.has(digest)
+            if not present[digest]:
                 self._registered.discard(topology_id)
                 held = holders.get(topology_id) or read_holders_of(
                     self._client, self._paths, topology_id
@@ -197,6 +203,7 @@ class CodeSyncer:
                         report.missing.append(topology_id)
                     continue
                 report.downloaded.append(topology_id)
+                present[digest] = True
             if topology_id not in self._registered:
                 try:
                     self._membership.register(

@@ -89,7 +89,7 @@ class Cluster:
             [
                 "supervisor", "--zookeeper", self.zk, "--id", name, "--slots", "4",
                 "--session-timeout", str(self.args.session_timeout),
-                "--heartbeat-interval", "1",
+                "--heartbeat-interval", "1", "--no-workers",
             ],
         )  # fmt: skip
         print(f"supervisor       {name}  (log {self.workdir}/{name}.log)")

@@ -13,7 +13,12 @@ from typing import Any
 
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
-from pipeline.supervisor import Supervisor, SupervisorConfig
+from pipeline.supervisor import (
+    Supervisor,
+    SupervisorConfig,
+    add_worker_arguments,
+    worker_options,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--heartbeat-interval", type=float, default=1.0, help="seconds")
     add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
     add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    add_worker_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             slots=int(args.slots),
             heartbeat_interval=float(args.heartbeat_interval),
             session_timeout=float(args.session_timeout),
+            **worker_options(args),
         )
     except NimbusError as e:
         print(f"nimbus supervisor: {e}", file=sys.stderr)

@@ -5,8 +5,19 @@ It registers its ephemeral ``/supervisors/<id>`` (again on every new session), f
 time, its own ``SupervisorInfo`` (``heartbeat_ms``, ``slots_used``) and a
 ``WorkerHeartbeat`` at ``/workerbeats/<topology-id>/<id>-<slot>`` for each slot assigned
 to it, removing those of slots it no longer holds. It needs no Nimbus: assignments stay
-served while no leader is up. No worker process runs yet (the pipelines issue adds the
-Spark runtime), and each heartbeat's status says so. All writes go through
+served while no leader is up, and replicas are asked only to download code.
+
+Workers: of a topology's assigned slots only the FIRST (``Assignment.slots[0]``) runs a
+worker process, on the supervisor holding it: Spark runs the topology's parallelism as
+partitions inside one query, so more processes would only share a checkpoint; the other
+slots are held and heartbeated as spares. The supervisor fetches the package from any
+replica holding it into its own ``CodeStore``, starts ``python -m pipeline.worker`` in a
+session of its own (so the worker's JVM and Python helpers can be killed as a group),
+restarts it after a crash with bounded exponential backoff and jitter, and stops it
+(SIGTERM, then SIGKILL after ``worker_stop_timeout``) when its assignment goes away. A
+slot's heartbeat has exactly one writer: the worker while its process lives, the
+supervisor before it starts and after it exits. With ``workers=False`` (``--no-workers``)
+no process runs and every heartbeat says ``NO_RUNTIME``. All writes go through
 ``fencing.Membership``, which only touches this supervisor's own nodes.
 
 Run it with ``nimbus supervisor`` or ``python -m pipeline.supervisor`` (same flags).
@@ -14,14 +25,25 @@ Run it with ``nimbus supervisor`` or ``python -m pipeline.supervisor`` (same fla
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import random
 import re
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
 
+import grpc
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
@@ -29,17 +51,30 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from code_sync.errors import PackageRejected, StoreError
+from code_sync.peer import fetch_from_peer
+from code_sync.state import read_holders_of
+from code_sync.store import CodeStore
 from fencing import FencingError, Membership, ensure_folders
 from leader.paths import Paths, parse_worker_name, worker_name
 from nimbus import __version__
 from nimbus.api import records
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_kazoo_client
+from pipeline.package import MAX_PACKAGE_BYTES
 
 log = logging.getLogger(__name__)
 
-#: Heartbeat status while no worker runtime exists: the slot is held, nothing runs in it.
+#: Heartbeat status with ``--no-workers``: the slot is held, nothing runs in it.
 NO_RUNTIME = "assigned: no pipeline runtime yet"
+#: Heartbeat status of a held slot that is not its topology's first: no process runs in it.
+SPARE = "spare: the topology's query runs in the worker of its first slot"
+#: Heartbeat status of a first slot whose worker has not been started yet.
+STARTING = "starting: worker not started yet"
+#: Seconds a package download from one replica may take.
+DOWNLOAD_TIMEOUT = 60.0
+#: A worker that ran this long before exiting restarts after the shortest backoff again.
+HEALTHY_RUN = 60.0
 
 _ROOT_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -57,6 +92,14 @@ class SupervisorConfig:
     session_timeout: float = 10.0
     host: str = ""  # what SlotAssignment.host says; "" -> this machine's FQDN
     connect_timeout: float = 30.0
+    # Off unless asked: a config built without it keeps the heartbeat-only behaviour; the
+    # command line turns it on unless --no-workers.
+    workers: bool = False
+    state_dir: str = ""  # code store and worker folders; "" -> <tmp>/nimbus-supervisor-<id>
+    spark_master: str = "local[2]"
+    worker_stop_timeout: float = 45.0  # SIGTERM, then SIGKILL after this many seconds
+    restart_backoff: float = 1.0  # first restart delay; doubles per crash, with jitter
+    restart_backoff_max: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
@@ -87,6 +130,41 @@ class SupervisorConfig:
                 f"connect timeout ({self.connect_timeout}s) must be at least the session "
                 f"timeout ({self.session_timeout}s)"
             )
+        if not self.state_dir:
+            default = Path(tempfile.gettempdir()) / f"nimbus-supervisor-{self.supervisor_id}"
+            object.__setattr__(self, "state_dir", str(default))
+        if not self.spark_master.strip():
+            raise ConfigError("--spark-master must be a Spark master URL like local[2]")
+        if self.worker_stop_timeout <= 0:
+            raise ConfigError(
+                f"--worker-stop-timeout must be positive, got {self.worker_stop_timeout}"
+            )
+        if not 0 < self.restart_backoff <= self.restart_backoff_max:
+            raise ConfigError(
+                f"restart backoff must be > 0 and at most its maximum "
+                f"({self.restart_backoff_max}s), got {self.restart_backoff}"
+            )
+
+
+class CodeUnavailable(Exception):
+    """No replica could give us the package (yet): try again later."""
+
+
+@dataclass
+class _Worker:
+    """One topology's worker process on this supervisor, and its restart bookkeeping."""
+
+    topology_id: str
+    slot: int
+    digest: str
+    folder: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    stop_sent_at: float | None = None
+    killed: bool = False
+    failures: int = 0
+    next_start: float = 0.0
+    status: str = STARTING
 
 
 class Supervisor:
@@ -115,6 +193,15 @@ class Supervisor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
+        # Worker processes. ``_workers_lock`` makes heartbeat ownership exact: a slot's beat
+        # is written by the supervisor only while no process of it lives, checked and
+        # written under the lock that starting and reaping a worker also take.
+        self._workers: dict[str, _Worker] = {}
+        self._workers_lock = threading.Lock()
+        self._manage_wake = threading.Event()
+        self._manager = threading.Thread(target=self._manage, name="workers", daemon=True)
+        self._state = Path(config.state_dir)
+        self._store: CodeStore | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -133,9 +220,13 @@ class Supervisor:
             self.client,
             [self._paths.supervisors, self._paths.assignments, self._paths.workerbeats],
         )
+        if self.config.workers:
+            self._store = CodeStore(self._state / "code", max_package_bytes=MAX_PACKAGE_BYTES)
         ChildrenWatch(self.client, self._paths.assignments, self._on_children)
         self.beat_once()
         self._thread.start()
+        if self.config.workers:
+            self._manager.start()
         log.info("supervisor %s up with %d slots", self.id, self.config.slots)
 
     def stop(self) -> None:
@@ -144,8 +235,12 @@ class Supervisor:
             return
         self._stop.set()
         self._wake.set()
+        self._manage_wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.config.session_timeout)
+        if self._manager.is_alive():
+            self._manager.join(timeout=DOWNLOAD_TIMEOUT + 5)
+        self._stop_all_workers()
         try:
             for path in sorted(self._beats):
                 self._membership.remove(path)
@@ -190,24 +285,43 @@ class Supervisor:
             self._paths.supervisor(self.id), info.SerializeToString(deterministic=True)
         )
         wanted: set[str] = set()
-        for tid, slot in held:
-            path = self._paths.workerbeat(tid, worker_name(self.id, slot))
-            beat = records.WorkerHeartbeat(
-                topology_id=tid, supervisor_id=self.id, slot=slot, time_ms=now, status=NO_RUNTIME
-            )
-            self._beats.add(path)
-            self._membership.put(path, beat.SerializeToString(deterministic=True))
-            wanted.add(path)
-        if self._rescan:
-            self._rescan = False  # before the scan: a session change during it asks again
-            self._beats |= self._find_own_beats()
-        for path in sorted(self._beats - wanted):
-            self._membership.remove(path)
-            self._beats.discard(path)
+        with self._workers_lock:
+            owned = {
+                self._paths.workerbeat(w.topology_id, worker_name(self.id, w.slot))
+                for w in self._workers.values()
+                if w.proc is not None
+            }
+            for tid, slot in held:
+                path = self._paths.workerbeat(tid, worker_name(self.id, slot))
+                self._beats.add(path)
+                wanted.add(path)
+                if path in owned:
+                    continue  # its worker process writes it
+                status = self._slot_status(tid, slot, assignments[tid])
+                beat = records.WorkerHeartbeat(
+                    topology_id=tid, supervisor_id=self.id, slot=slot, time_ms=now, status=status
+                )
+                self._membership.put(path, beat.SerializeToString(deterministic=True))
+            if self._rescan:
+                self._rescan = False  # before the scan: a session change during it asks again
+                self._beats |= self._find_own_beats()
+            for path in sorted(self._beats - wanted - owned):  # a stopping worker still beats
+                self._membership.remove(path)
+                self._beats.discard(path)
         if held != self._held:
-            log.info("holding %s (%s)", held or "no slots", NO_RUNTIME)
+            log.info("holding %s", held or "no slots")
         self._held = held
         return held
+
+    def _slot_status(self, tid: str, slot: int, assignment: records.Assignment) -> str:
+        """What the supervisor's own heartbeat of a held slot says (no worker lives in it)."""
+        if not self.config.workers:
+            return NO_RUNTIME
+        first = assignment.slots[0]
+        if (first.supervisor_id, first.slot) != (self.id, slot):
+            return SPARE
+        worker = self._workers.get(tid)
+        return worker.status if worker is not None and worker.slot == slot else STARTING
 
     def _find_own_beats(self) -> set[str]:
         """Heartbeats with this supervisor's name, e.g. left by a previous process."""
@@ -249,6 +363,7 @@ class Supervisor:
             self._watch_assignment(tid)
         if gone:
             self._wake.set()
+            self._manage_wake.set()
         return None
 
     def _watch_assignment(self, tid: str) -> None:
@@ -265,6 +380,7 @@ class Supervisor:
                     except DecodeError:
                         log.warning("ignoring a damaged assignment of %s", tid)
             self._wake.set()
+            self._manage_wake.set()
             return None
 
         try:
@@ -283,10 +399,257 @@ class Supervisor:
             except (FencingError, KazooException) as e:
                 log.info("heartbeat failed, retrying: %s", e)
 
+    # -- worker processes (the "workers" thread) -------------------------------------------
+
+    def _manage(self) -> None:
+        interval = min(self.config.heartbeat_interval, 0.25)
+        while not self._stop.is_set():
+            try:
+                self.manage_once()
+            except (FencingError, KazooException, OSError) as e:
+                log.warning("managing workers failed, retrying: %s", e)
+            self._manage_wake.wait(interval)
+            self._manage_wake.clear()
+
+    def manage_once(self) -> None:
+        """Reap exited workers, stop unassigned ones, start (or restart when due) the rest."""
+        now = time.monotonic()
+        with self._guard:
+            assignments = dict(self._assignments)
+        want: dict[str, tuple[int, str]] = {}
+        for tid, assignment in assignments.items():
+            first = assignment.slots[0] if assignment.slots else None
+            if (
+                first is not None
+                and first.supervisor_id == self.id
+                and first.slot < self.config.slots
+                and assignment.digest
+            ):
+                want[tid] = (first.slot, assignment.digest)
+        for tid, worker in list(self._workers.items()):
+            self._reap(worker, now)
+            if want.get(tid) != (worker.slot, worker.digest):
+                if worker.proc is None:
+                    with self._workers_lock:
+                        del self._workers[tid]
+                else:
+                    self._stop_worker(worker, now)
+        for tid, (slot, digest) in sorted(want.items()):
+            if self._stop.is_set():
+                return
+            found = self._workers.get(tid)
+            if found is None:
+                worker = _Worker(tid, slot, digest, self._state / "workers" / tid)
+                with self._workers_lock:
+                    self._workers[tid] = worker
+            else:
+                worker = found
+            if worker.proc is None and now >= worker.next_start:
+                self._start_worker(worker)
+
+    def _backoff(self, failures: int) -> float:
+        """Exponential in the failures so far, bounded, with jitter (no restart stampede)."""
+        doubled = self.config.restart_backoff * 2.0 ** max(0, min(failures - 1, 30))
+        return min(self.config.restart_backoff_max, doubled) * random.uniform(0.5, 1.0)
+
+    def _start_worker(self, worker: _Worker) -> None:
+        try:
+            package = self._ensure_code(worker.topology_id, worker.digest)
+        except CodeUnavailable as e:
+            worker.failures += 1
+            worker.next_start = time.monotonic() + self._backoff(worker.failures)
+            with self._workers_lock:
+                worker.status = f"waiting for code: {e}"
+            log.warning("no code yet for %s: %s", worker.topology_id, e)
+            return
+        worker.folder.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable, "-m", "pipeline.worker",
+            "--zookeeper", self.config.zookeeper, "--root", self.config.root,
+            "--topology-id", worker.topology_id, "--supervisor-id", self.id,
+            "--slot", str(worker.slot), "--package", str(package),
+            "--state-dir", str(worker.folder),
+            "--heartbeat-interval", str(self.config.heartbeat_interval),
+            "--session-timeout", str(self.config.session_timeout),
+            "--spark-master", self.config.spark_master,
+        ]  # fmt: skip
+        with (worker.folder / "worker.log").open("ab") as out, self._workers_lock:
+            if self._stop.is_set():
+                return
+            # A session of its own: the worker's JVM and Python helpers share its group id.
+            worker.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=worker.folder,
+                start_new_session=True,
+            )  # fmt: skip
+            worker.started_at = time.monotonic()
+            worker.stop_sent_at, worker.killed = None, False
+            worker.status = "running"
+        pid_file = worker.folder / "worker.pid"
+        tmp = pid_file.with_suffix(".tmp")
+        tmp.write_text(f"{worker.proc.pid}\n")
+        os.replace(tmp, pid_file)
+        log.info(
+            "started worker of %s in slot %d (pid %d)",
+            worker.topology_id,
+            worker.slot,
+            worker.proc.pid,
+        )
+
+    def _ensure_code(self, tid: str, digest: str) -> Path:
+        """The package in the local store, downloaded from any replica holding it if missing."""
+        store = self._store
+        assert store is not None
+        if store.has(digest):
+            return store.path(digest)
+        holders = read_holders_of(self.client, self._paths, tid)
+        peers = list(holders.replicas)
+        if not peers:
+            raise CodeUnavailable("no Nimbus replica holds the package")
+        random.shuffle(peers)
+        problems: list[str] = []
+        for peer in peers:
+            try:
+                stored = store.write(
+                    fetch_from_peer(peer, digest, timeout=DOWNLOAD_TIMEOUT),
+                    expected_digest=digest,
+                )
+                log.info("downloaded the code of %s from %s", tid, peer)
+                return stored.path
+            except grpc.RpcError as e:
+                code = e.code() if isinstance(e, grpc.Call) else None
+                problems.append(f"{peer}: {code.name if code else e}")
+            except (PackageRejected, StoreError) as e:
+                problems.append(f"{peer}: {e}")
+        raise CodeUnavailable("; ".join(problems))
+
+    def _reap(self, worker: _Worker, now: float) -> None:
+        """Notice an exited worker; schedule its restart unless it was asked to stop."""
+        proc = worker.proc
+        if proc is None:
+            return
+        # WNOWAIT: the exited worker stays a zombie, so its pid (and group id) cannot be
+        # reused while we kill what is left of its group (its JVM, Python helpers).
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            sent = worker.stop_sent_at
+            if (
+                sent is not None
+                and not worker.killed
+                and now - sent >= self.config.worker_stop_timeout
+            ):
+                log.warning("worker of %s ignored SIGTERM; killing it", worker.topology_id)
+                _kill_group(proc.pid)
+                worker.killed = True
+            return
+        _kill_group(proc.pid)
+        code = proc.wait()
+        with self._workers_lock:
+            worker.proc = None
+            if worker.stop_sent_at is not None:
+                worker.status = "stopped"
+                log.info("worker of %s stopped (exit code %d)", worker.topology_id, code)
+                return
+            ran = now - worker.started_at
+            worker.failures = 1 if ran >= HEALTHY_RUN else worker.failures + 1
+            delay = self._backoff(worker.failures)
+            worker.next_start = now + delay
+            worker.status = f"restarting: worker exited with code {code}, next in {delay:.1f}s"
+        log.warning(
+            "worker of %s exited with code %d after %.1fs; restarting in %.1fs",
+            worker.topology_id,
+            code,
+            ran,
+            delay,
+        )
+
+    def _stop_worker(self, worker: _Worker, now: float) -> None:
+        if worker.proc is None or worker.stop_sent_at is not None:
+            return
+        log.info("stopping the worker of %s (no longer assigned here)", worker.topology_id)
+        with suppress(ProcessLookupError):
+            os.kill(worker.proc.pid, signal.SIGTERM)
+        worker.stop_sent_at = now
+        with self._workers_lock:
+            worker.status = "stopping"
+
+    def _stop_all_workers(self) -> None:
+        """On a graceful stop: SIGTERM every worker, SIGKILL what outlives the timeout."""
+        for worker in self._workers.values():
+            self._stop_worker(worker, time.monotonic())
+        deadline = time.monotonic() + self.config.worker_stop_timeout + 1
+        while any(w.proc is not None for w in self._workers.values()):
+            now = time.monotonic()
+            for worker in self._workers.values():
+                self._reap(worker, now)
+                if now >= deadline and worker.proc is not None and not worker.killed:
+                    _kill_group(worker.proc.pid)
+                    worker.killed = True
+            time.sleep(0.05)
+
+
+def _kill_group(pgid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+# -- command line (``python -m pipeline.supervisor``) ---------------------------------------
+
+
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    """Worker flags; ``nimbus.cmd_supervisor.add_arguments`` should call this too."""
+    p.add_argument(
+        "--no-workers",
+        action="store_true",
+        default=os.environ.get("NIMBUS_NO_WORKERS", "") not in ("", "0", "false"),
+        help="heartbeat assigned slots only, start no worker processes (tests without Spark)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=os.environ.get("NIMBUS_STATE_DIR", ""),
+        help="code store and worker folders (checkpoints); default <tmp>/nimbus-supervisor-<id>",
+    )
+    p.add_argument(
+        "--spark-master",
+        default=os.environ.get("NIMBUS_SPARK_MASTER", "local[2]"),
+        help="Spark master URL for workers",
+    )
+    p.add_argument(
+        "--worker-stop-timeout",
+        type=float,
+        default=float(os.environ.get("NIMBUS_WORKER_STOP_TIMEOUT", "45")),
+        help="seconds between SIGTERM and SIGKILL when stopping a worker",
+    )
+
+
+class WorkerOptions(TypedDict):
+    workers: bool
+    state_dir: str
+    spark_master: str
+    worker_stop_timeout: float
+
+
+def worker_options(args: argparse.Namespace) -> WorkerOptions:
+    """``SupervisorConfig`` keyword arguments from ``add_worker_arguments``' flags."""
+    return {
+        "workers": not bool(args.no_workers),
+        "state_dir": str(args.state_dir),
+        "spark_master": str(args.spark_master),
+        "worker_stop_timeout": float(args.worker_stop_timeout),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pipeline.supervisor``: the same flags and behaviour as ``nimbus supervisor``."""
+    from nimbus import cmd_supervisor
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.supervisor", description=__doc__)
+    cmd_supervisor.add_arguments(parser)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
 
 if __name__ == "__main__":
-    import sys
+    # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
+    from pipeline.supervisor import main as run_main
 
-    from nimbus.cmd_supervisor import main
-
-    sys.exit(main())
+    sys.exit(run_main())

@@ -242,6 +242,7 @@ class SupervisorProc:
             sys.executable, "-m", "pipeline.supervisor", "--zookeeper", zookeeper,
             "--root", ROOT, "--id", sid, "--host", "127.0.0.1",
             "--heartbeat-interval", "0.2", "--session-timeout", str(session_timeout),
+            "--no-workers",
         ]  # fmt: skip
         if slots is not None:
             cmd += ["--slots", str(slots)]

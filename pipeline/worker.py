@@ -1,0 +1,258 @@
+"""The worker: one process running one topology's Spark query for the slot it was given.
+
+The supervisor starts it (``python -m pipeline.worker``) and owns nothing of it but the
+process: while the worker runs, the worker alone writes its ``WorkerHeartbeat`` at
+``/workerbeats/<topology-id>/<supervisor-id>-<slot>`` (through ``fencing.Membership`` with
+the supervisor's identity, the owner of ``<supervisor-id>-*`` nodes); the supervisor writes
+it only before the worker starts and after it exits. The worker beats from its first
+second with status ``starting`` because a SparkSession and the first micro-batch take
+5-15 s here, longer than a heartbeat timeout.
+
+The checkpoint lives under ``--state-dir`` and survives restarts, so a worker restarted
+after a crash resumes from it with nothing lost and nothing counted twice at an
+idempotent sink. SIGTERM (or losing the supervisor, seen as a new parent) stops the
+query between micro-batches where possible and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from fencing import FencingError, Membership
+from leader.paths import Paths, worker_name
+from nimbus.api import records
+from nimbus.factory import make_kazoo_client
+from pipeline.errors import PipelineError
+from pipeline.package import load_topology, unpack_package
+from pipeline.runner import TopologyRun, run
+from pipeline.session import make_spark
+
+log = logging.getLogger(__name__)
+
+#: Exit codes the supervisor reports; any nonzero one makes it restart the worker.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NO_ZOOKEEPER = 3
+
+#: How long a stop waits for the query to be between micro-batches before stopping anyway.
+STOP_TIMEOUT = 30.0
+
+
+@dataclass
+class _Progress:
+    """Counts of this process's micro-batches, from Spark's progress reports."""
+
+    last_batch: dict[str, int] = field(default_factory=dict)  # per sink
+    batches: int = 0
+    rows: int = 0
+    last_batch_id: int = -1
+
+    def update(self, topology_run: TopologyRun) -> None:
+        for sink, query in topology_run.queries.items():
+            seen = self.last_batch.get(sink, -1)
+            for report in query.recentProgress:
+                batch = int(report.get("batchId", -1))
+                if batch > seen:
+                    seen = batch
+                    self.batches += 1
+                    self.rows += int(report.get("numInputRows", 0))
+                    self.last_batch_id = max(self.last_batch_id, batch)
+            self.last_batch[sink] = seen
+
+
+class Worker:
+    """Runs the query and beats; ``main`` wires it to flags and signals."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: Paths,
+        *,
+        topology_id: str,
+        supervisor_id: str,
+        slot: int,
+        heartbeat_interval: float,
+        session_timeout: float,
+    ) -> None:
+        self.topology_id = topology_id
+        self.supervisor_id = supervisor_id
+        self.slot = slot
+        self.stop_requested = threading.Event()
+        self._client = client
+        self._membership = Membership(client, supervisor_id, timeout=session_timeout)
+        self._path = paths.workerbeat(topology_id, worker_name(supervisor_id, slot))
+        self._interval = heartbeat_interval
+        self._status = "starting"
+        self._run: TopologyRun | None = None
+        self._progress = _Progress()
+        self._lock = threading.Lock()
+        self._beats_done = threading.Event()
+        self._beater = threading.Thread(target=self._beat_loop, name="worker-beat", daemon=True)
+
+    def set_status(self, status: str) -> None:
+        with self._lock:
+            self._status = status
+
+    def start_beating(self) -> None:
+        self.beat()
+        self._beater.start()
+
+    def finish_beating(self, status: str) -> None:
+        """Stop the beat thread and leave a last heartbeat saying how the worker ended."""
+        self._beats_done.set()
+        if self._beater.is_alive():
+            self._beater.join(timeout=self._interval * 4 + 5)
+        self.set_status(status)
+        self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            status, topology_run = self._status, self._run
+        if topology_run is not None:
+            try:
+                self._progress.update(topology_run)
+            except Exception as e:  # py4j or Spark trouble must not stop the heartbeat
+                log.debug("no progress report: %s", e)
+        progress = self._progress
+        beat = records.WorkerHeartbeat(
+            topology_id=self.topology_id,
+            supervisor_id=self.supervisor_id,
+            slot=self.slot,
+            time_ms=int(time.time() * 1000),
+            batches_committed=progress.batches,
+            rows_processed=progress.rows,
+            last_batch_id=progress.last_batch_id,
+            status=status,
+        )
+        try:
+            self._membership.put(self._path, beat.SerializeToString(deterministic=True))
+        except (FencingError, KazooException) as e:
+            log.info("heartbeat failed, retrying: %s", e)
+
+    def _beat_loop(self) -> None:
+        parent = os.getppid()
+        while not self._beats_done.wait(self._interval):
+            if os.getppid() != parent and not self.stop_requested.is_set():
+                log.warning("the supervisor (pid %d) is gone; stopping", parent)
+                self.stop_requested.set()
+            self.beat()
+
+    def run(self, package: Path, state_dir: Path, spark_master: str) -> int:
+        """Start Spark, then the query, and keep it until asked to stop; the exit code."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(package.read_bytes()).hexdigest() if package.is_file() else ""
+        unpack_to = state_dir / f"package-{digest[:16]}" if digest else None
+        root = unpack_package(package, unpack_to)
+        self.set_status("starting: Spark session")
+        # The session first, before user code: its JVM options only apply when it starts it.
+        spark = make_spark(spark_master, f"nimbus-{self.topology_id}", python_path=[root])
+        try:
+            if self.stop_requested.is_set():
+                return EXIT_OK
+            topology = load_topology(root)
+            self.set_status("starting: query")
+            topology_run = run(
+                topology,
+                spark,
+                state_dir / "checkpoint",
+                trigger="continuous",
+                name=self.topology_id,
+            )
+            with self._lock:
+                self._run = topology_run
+                self._status = "running"
+            log.info("%s running in slot %s", self.topology_id, self.slot)
+            while not self.stop_requested.wait(0.2):
+                failure = topology_run.exception()
+                if failure is not None or not topology_run.is_active:
+                    log.error("%s: the query ended: %s", self.topology_id, failure)
+                    return EXIT_FAILED
+            log.info("%s: stopping between micro-batches", self.topology_id)
+            topology_run.stop(timeout=STOP_TIMEOUT)
+            return EXIT_OK
+        finally:
+            spark.stop()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zookeeper", required=True, help="ZooKeeper connect string")
+    p.add_argument("--root", default="/storm", help="ZooKeeper root of this cluster")
+    p.add_argument("--topology-id", required=True)
+    p.add_argument("--supervisor-id", required=True)
+    p.add_argument("--slot", type=int, required=True)
+    p.add_argument("--package", required=True, help="topology package: a folder or a zip")
+    p.add_argument("--state-dir", required=True, help="checkpoint and unpacked code live here")
+    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds")
+    p.add_argument("--session-timeout", type=float, default=10.0, help="seconds")
+    p.add_argument("--spark-master", default="local[2]", help="Spark master URL")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.worker", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    client = make_kazoo_client(args.zookeeper, session_timeout=args.session_timeout)
+    try:
+        client.start(timeout=max(args.session_timeout, 10.0))
+    except KazooTimeoutError:
+        print(f"worker: could not reach ZooKeeper at {args.zookeeper}", file=sys.stderr)
+        client.close()
+        return EXIT_NO_ZOOKEEPER
+    worker = Worker(
+        client,
+        Paths(args.root),
+        topology_id=args.topology_id,
+        supervisor_id=args.supervisor_id,
+        slot=args.slot,
+        heartbeat_interval=args.heartbeat_interval,
+        session_timeout=args.session_timeout,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        worker.stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    worker.start_beating()
+    code = EXIT_FAILED
+    end = "failed"
+    try:
+        code = worker.run(Path(args.package), Path(args.state_dir), args.spark_master)
+        end = "stopped" if code == EXIT_OK else "failed: the query ended"
+    except PipelineError as e:
+        log.error("%s", e)
+        end = f"failed: {e}"
+    finally:
+        worker.finish_beating(end)
+        client.stop()
+        client.close()
+    return code
+
+
+if __name__ == "__main__":
+    # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
+    from pipeline.worker import main as run_main
+
+    sys.exit(run_main())
