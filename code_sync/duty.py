@@ -60,9 +60,18 @@ class CodeMissingDuty:
     def run_once(self) -> list[str]:
         """One pass; returns the changes made, in words."""
         changes: list[str] = []
-        self._syncer.missing()  # refreshes how long each topology has had no holder
-        for topology_id, base in sorted(self._syncer.storms.items().items()):
-            held = bool(base.digest) and self._syncer.store.has(base.digest)
+        storms = self._syncer.storms.items()
+        present: dict[str, bool] = {}  # one check per package, not per topology
+        for base in storms.values():
+            if base.digest and base.digest not in present:
+                present[base.digest] = self._syncer.store.has(base.digest)
+        lacking = any(not present.get(b.digest, False) for b in storms.values())
+        if lacking:
+            self._syncer.missing()  # refreshes how long each topology has had no holder
+        for topology_id, base in sorted(storms.items()):
+            held = present.get(base.digest, False)
+            if held and base.status != records.CODE_MISSING:
+                continue
             if base.status != records.CODE_MISSING and not held:
                 if self._syncer.code_abandoned(topology_id):
                     self._set_status(topology_id, records.CODE_MISSING)

@@ -125,8 +125,10 @@ class CodeSyncer:
         blocking: list[str] = []
         now = self._clock()
         held: dict[str, bool] = {}  # many topologies may share one package: check it once
-        for topology_id in sorted(self._client.get_children(self._paths.storms)):
-            digest = self._digest_of(topology_id)
+        cached = self.storms.items()  # one snapshot: a lookup per id, no lock per id
+        for topology_id in self._client.get_children(self._paths.storms):
+            base = cached.get(topology_id)
+            digest = base.digest if base is not None else self._digest_of(topology_id)
             if digest is None:
                 continue  # removed while we looked
             if digest and digest not in held:
@@ -142,7 +144,7 @@ class CodeSyncer:
             since = self._holderless_since.setdefault(topology_id, now)
             if now - since < self._code_wait:
                 blocking.append(topology_id)
-        return blocking
+        return sorted(blocking)
 
     def _digest_of(self, topology_id: str) -> str | None:
         """A topology's digest: from the cache (it never changes for an id), else read now."""

@@ -344,6 +344,8 @@ class SchedulerDuty:
             timeout_ms=self._timeout_ms,
             not_before_ms=self._started_ms,
         )
+        if not supervisors and not stored and not beats:
+            return []  # nowhere to place anything and nothing placed: skip the planning
         scheduled = {tid: base for tid, base in storms.items() if base.status in SCHEDULED}
         dead = stale_slots(
             {tid: a for tid, a in current.items() if tid in scheduled},
