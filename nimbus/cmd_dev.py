@@ -173,25 +173,27 @@ def run(args: argparse.Namespace) -> int:
         replica_ports = [args.base_port + 1 + i for i in range(args.replicas)]
     else:
         zk_port, *replica_ports = free_ports(args.replicas + 1)
-    cluster: Cluster | None = None
     try:
         with ZooKeeperCluster(size=args.ensemble, first_client_port=zk_port) as zk:
             print(f"zookeeper        {zk.connect_string}  ({args.ensemble} node(s))")
             cluster = Cluster(zk.connect_string, workdir, args)
-            for port in replica_ports:
-                cluster.start_replica(port)
-            for index in range(1, args.supervisors + 1):
-                cluster.start_supervisor(index)
-            with NimbusClient(list(cluster.replicas), deadline=60, attempts=400) as client:
-                if args.demo:
-                    return _demo(cluster, client, stop)
-                _show_cluster(client)
-                print("running; Ctrl-C to stop")
-                stop.wait()
-            return 0
+            try:
+                for port in replica_ports:
+                    cluster.start_replica(port)
+                for index in range(1, args.supervisors + 1):
+                    cluster.start_supervisor(index)
+                with NimbusClient(list(cluster.replicas), deadline=60, attempts=400) as client:
+                    if args.demo:
+                        return _demo(cluster, client, stop)
+                    _show_cluster(client)
+                    print("running; Ctrl-C to stop", flush=True)
+                    while not stop.wait(0.5):
+                        pass
+                return 0
+            finally:
+                # Replicas and supervisors first, while ZooKeeper still serves their
+                # graceful hand-over; ZooKeeper stops when the ``with`` ends.
+                cluster.stop()
     except NimbusError as e:
         print(f"nimbus dev: {e}", file=sys.stderr)
         return 1
-    finally:
-        if cluster is not None:
-            cluster.stop()
