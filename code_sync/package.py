@@ -207,3 +207,8 @@ def make_package(files: Mapping[str, bytes], dest: Path) -> Path:
                 info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, files[name])
     return dest
+
+
+#: Largest package a supervisor or worker accepts from a replica (replicas enforce their
+#: own, usually smaller, ``--max-package-mib`` at submit).
+MAX_ACCEPTED_PACKAGE_BYTES = 256 << 20

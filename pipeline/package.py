@@ -21,15 +21,13 @@ import zipfile
 from pathlib import Path
 from types import ModuleType
 
-from pyspark import cloudpickle
-
 from code_sync.errors import PackageRejected, StoreError
-from code_sync.package import TOPOLOGY_ENTRY, validate_package
+from code_sync.package import MAX_ACCEPTED_PACKAGE_BYTES, TOPOLOGY_ENTRY, validate_package
 from pipeline.errors import PackageError, TopologyError
 from pipeline.graph import Topology
 
 #: Largest zip accepted here; the code store applies the cluster's own limit at submit.
-MAX_PACKAGE_BYTES = 256 << 20
+MAX_PACKAGE_BYTES = MAX_ACCEPTED_PACKAGE_BYTES
 
 
 def unpack_package(package: str | Path, dest: str | Path | None = None) -> Path:
@@ -106,6 +104,10 @@ def _import_topology_module(root: Path) -> ModuleType:
 
 
 def _pickle_package_by_value(root: Path) -> None:
+    # Imported here: every `nimbus` command imports this module (via the supervisor), and
+    # only a worker loading a package needs pyspark (0.1 s and ~10 MiB to import).
+    from pyspark import cloudpickle
+
     for module in list(sys.modules.values()):
         origin = getattr(module, "__file__", None)
         if origin and Path(origin).resolve().is_relative_to(root):

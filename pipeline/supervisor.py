@@ -52,6 +52,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from code_sync.errors import PackageRejected, StoreError
+from code_sync.package import MAX_ACCEPTED_PACKAGE_BYTES
 from code_sync.peer import fetch_from_peer
 from code_sync.state import read_holders_of
 from code_sync.store import CodeStore
@@ -61,7 +62,6 @@ from nimbus import __version__
 from nimbus.api import records
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_kazoo_client
-from pipeline.package import MAX_PACKAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,9 @@ class Supervisor:
             [self._paths.supervisors, self._paths.assignments, self._paths.workerbeats],
         )
         if self.config.workers:
-            self._store = CodeStore(self._state / "code", max_package_bytes=MAX_PACKAGE_BYTES)
+            self._store = CodeStore(
+                self._state / "code", max_package_bytes=MAX_ACCEPTED_PACKAGE_BYTES
+            )
         ChildrenWatch(self.client, self._paths.assignments, self._on_children)
         self.beat_once()
         self._thread.start()
