@@ -16,12 +16,19 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from fencing import txn
-from fencing.errors import NotLeaderError, VersionConflictError, WriteOutcomeUnknown
+from fencing.errors import (
+    NotLeaderError,
+    VersionConflictError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+)
 from fencing.ops import Check, Create, Delete, Op, SetData
 from fencing.token import LeadershipToken
 
 R = TypeVar("R")
 LeaderHint = Callable[[], str | None]
+#: Told each multi-op's outcome: "ok", "not_leader", "conflict" or "unknown".
+WriteObserver = Callable[[str], None]
 
 
 def stamp_epoch(record: Any, epoch: int) -> None:
@@ -37,7 +44,8 @@ class FencedWriter:
     ``leader_hint`` names the current leader for error messages (from the discovery
     cache). ``lease_valid`` (see ``leader.lease``) makes a replica that woke from a pause
     refuse before kazoo has noticed. ``timeout`` bounds each round trip; past it the
-    outcome is unknown.
+    outcome is unknown. ``observer`` (settable later) is told each write's outcome, so the
+    daemon can count them without this package depending on a metrics library.
     """
 
     def __init__(
@@ -48,7 +56,9 @@ class FencedWriter:
         timeout: float,
         leader_hint: LeaderHint | None = None,
         lease_valid: Callable[[], bool] | None = None,
+        observer: WriteObserver | None = None,
     ) -> None:
+        self.observer = observer
         self._client = client
         self._lease_valid = lease_valid
         self.token = token
@@ -134,6 +144,22 @@ class FencedWriter:
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Apply ``ops`` atomically behind the lock-node check; returns one result per op."""
+        try:
+            results = self._send(ops)
+        except NotLeaderError:
+            self._observe("not_leader")
+            raise
+        except WriteConflictError:
+            self._observe("conflict")
+            raise
+        except WriteOutcomeUnknown:
+            self._observe("unknown")
+            raise
+        self._observe("ok")
+        return results
+
+    def _send(self, ops: Sequence[Op]) -> list[Any]:
+        """The multi-op itself; ``batch`` reports its outcome to the observer."""
         self._refuse_if_cancelled()
         if self._client.state != KazooState.CONNECTED:
             # SUSPENDED means the session may already be gone: treat as deposed.
@@ -174,6 +200,11 @@ class FencedWriter:
                 "nothing was written",
                 leader=self._hint(),
             )
+
+    def _observe(self, result: str) -> None:
+        observer = self.observer
+        if observer is not None:
+            observer(result)
 
     def _hint(self) -> str | None:
         return self._leader_hint() if self._leader_hint else None
