@@ -209,3 +209,43 @@ class RequestOutcome(_message.Message):
     epoch: int
     time_ms: int
     def __init__(self, request_id: _Optional[str] = ..., method: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., topology_id: _Optional[str] = ..., epoch: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
+class WorkerClaim(_message.Message):
+    __slots__ = ("topology_id", "index", "supervisor_id", "slot", "host", "pid", "assignment_version", "claimed_ms")
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_MS_FIELD_NUMBER: _ClassVar[int]
+    topology_id: str
+    index: int
+    supervisor_id: str
+    slot: int
+    host: str
+    pid: int
+    assignment_version: int
+    claimed_ms: int
+    def __init__(self, topology_id: _Optional[str] = ..., index: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., assignment_version: _Optional[int] = ..., claimed_ms: _Optional[int] = ...) -> None: ...
+
+class BatchCommit(_message.Message):
+    __slots__ = ("topology_id", "sink", "batch_id", "claim_epoch", "supervisor_id", "slot", "pid", "time_ms")
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    topology_id: str
+    sink: str
+    batch_id: int
+    claim_epoch: int
+    supervisor_id: str
+    slot: int
+    pid: int
+    time_ms: int
+    def __init__(self, topology_id: _Optional[str] = ..., sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., claim_epoch: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., pid: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
