@@ -88,6 +88,29 @@ class Paths:
         """``name`` is ``<supervisor-id>-<slot>`` (see ``worker_name``)."""
         return f"{self.workerbeats}/{topology_id}/{name}"
 
+    @property
+    def claims(self) -> str:
+        return f"{self.root}/claims"
+
+    def claims_of(self, topology_id: str) -> str:
+        """Persistent; its znode version is the topology's claim epoch."""
+        return f"{self.claims}/{topology_id}"
+
+    def claim(self, topology_id: str, index: int) -> str:
+        """Ephemeral claim on slot ``index`` of the topology's ``Assignment.slots``."""
+        return f"{self.claims}/{topology_id}/{index}"
+
+    @property
+    def commits(self) -> str:
+        return f"{self.root}/commits"
+
+    def commits_of(self, topology_id: str) -> str:
+        return f"{self.commits}/{topology_id}"
+
+    def commit(self, topology_id: str, sink: str, batch_id: int) -> str:
+        """Commit marker of one micro-batch of one sink: ``<sink>-<batch id, 12 digits>``."""
+        return f"{self.commits}/{topology_id}/{sink}-{batch_id:012d}"
+
     def folders(self) -> list[str]:
         """Structural folders every replica makes sure exist at start."""
         return [
