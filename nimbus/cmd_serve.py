@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
@@ -11,6 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from nimbus import logs
 from nimbus.config import NimbusConfig
 from nimbus.daemon import NimbusDaemon
 from nimbus.envargs import add_env_flag
@@ -45,6 +45,8 @@ OPTIONS: list[tuple[str, type, object, str]] = [
         "seconds a worker or supervisor may be silent before its workers move",
     ),
     ("--log-level", str, "INFO", "DEBUG, INFO, WARNING"),
+    ("--log-format", str, "json", "json (one object per line) or text"),
+    ("--metrics-port", int, 0, "Prometheus /metrics port on the --listen host (0: off)"),
 ]  # fmt: skip
 
 
@@ -89,15 +91,17 @@ def run(args: argparse.Namespace) -> int:
     except NimbusError as e:
         print(f"nimbus serve: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=str(values.pop("log_level")).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        log_context = logs.configure(str(values.pop("log_level")), str(values.pop("log_format")))
+    except NimbusError as e:
+        print(f"nimbus serve: {e}", file=sys.stderr)
+        return 2
     tune_for_streaming()
     try:
         config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
+        log_context.replica = config.replica_id
         daemon = NimbusDaemon(config)
+        log_context.epoch = daemon.known_epoch
     except (NimbusError, OSError) as e:
         print(f"nimbus serve: {e}", file=sys.stderr)
         return 2

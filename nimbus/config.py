@@ -44,6 +44,7 @@ class NimbusConfig:
     heartbeat_timeout: float = 10.0  # a worker or supervisor silent this long is moved off
     max_package_mib: float = 64.0
     gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
+    metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
 
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
@@ -93,6 +94,10 @@ class NimbusConfig:
                 f"({self.replication_wait}s), or a submission still waiting for replicas "
                 "could lose its code"
             )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be within 0..65535, got {self.metrics_port}")
+        if self.metrics_port and self.metrics_port == parse_address(self.listen, "--listen")[1]:
+            raise ConfigError(f"--metrics-port {self.metrics_port} is the gRPC port too")
         if self.connect_timeout == 0:
             object.__setattr__(self, "connect_timeout", max(30.0, self.session_timeout))
         if self.connect_timeout < self.session_timeout:

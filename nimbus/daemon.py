@@ -16,6 +16,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 
 from code_sync.duty import CodeMissingDuty
+from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
 from code_sync.syncer import CodeSyncer
 from fencing import FencedWriter, LeadershipToken, ensure_folders
@@ -26,10 +27,12 @@ from leader.paths import Paths
 from leader.registry import Registry
 from leader.servicer import NimbusServicer
 from nimbus.api import records, rpc
-from nimbus.config import NimbusConfig
+from nimbus.config import NimbusConfig, parse_address
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_grpc_server, make_kazoo_client
+from nimbus.grpc_metrics import MetricsInterceptor
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.metrics import MetricsServer, ReplicaMetrics
 from nimbus.recordcache import RecordCache
 from nimbus.scheduler import SchedulerDuty
 from nimbus.submission import Submitter
@@ -38,12 +41,22 @@ from nimbus.zkcheck import check_session_timeout
 
 log = logging.getLogger(__name__)
 
+CODE_DOWNLOAD_TIMEOUT = 300.0  # seconds for one package from one peer
+
 
 class NimbusDaemon:
     def __init__(
         self, config: NimbusConfig, *, has_all_code: Callable[[], bool] | None = None
     ) -> None:
         self.config = config
+        self.metrics = ReplicaMetrics(
+            replica_id=config.replica_id,
+            is_leader=lambda: self.elector.is_leader(),
+            leader_epoch=self.leader_epoch,
+            connected=self._connected,
+            missing_packages=lambda: self.syncer.lag,
+        )
+        self._metrics_server: MetricsServer | None = None
         self.client: KazooClient = make_kazoo_client(
             config.zookeeper, session_timeout=config.session_timeout
         )
@@ -62,6 +75,9 @@ class NimbusDaemon:
             gc_grace=config.gc_grace,
             code_wait=config.code_wait,
             on_change=self._code_changed,
+            fetch=lambda address, digest: self.metrics.counting_bytes(
+                fetch_from_peer(address, digest, timeout=CODE_DOWNLOAD_TIMEOUT)
+            ),
         )
         gate = has_all_code or self.syncer.has_all_code
         self._writer: FencedWriter | None = None
@@ -86,7 +102,9 @@ class NimbusDaemon:
             sync_lag=lambda: self.syncer.lag,
         )
         self.health = NimbusHealth(connected=self._connected, is_leader=self.elector.is_leader)
-        self.server, self.port = make_grpc_server(config.listen)
+        self.server, self.port = make_grpc_server(
+            config.listen, interceptors=[MetricsInterceptor(self.metrics.grpc_call)]
+        )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
                 replica_id=config.replica_id,
@@ -106,6 +124,11 @@ class NimbusDaemon:
         self._stopped = threading.Event()
 
     def start(self) -> None:
+        if self.config.metrics_port:  # first: a taken port fails before anything else runs
+            host = parse_address(self.config.listen, "--listen")[0].strip("[]")
+            self._metrics_server = MetricsServer(
+                self.metrics.registry, host, self.config.metrics_port
+            )
         try:
             self.client.start(timeout=self.config.connect_timeout)
         except KazooTimeoutError as e:
@@ -147,6 +170,19 @@ class NimbusDaemon:
         self.server.stop(grace).wait(grace + 1)
         self.client.stop()
         self.client.close()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+
+    def leader_epoch(self) -> int:
+        """The current leader's epoch as this replica knows it; 0 while none is known."""
+        if self.elector.is_leader():
+            return self.elector.epoch
+        leader = self.cache.leader()
+        return leader.epoch if leader is not None else 0
+
+    def known_epoch(self) -> int:
+        """The highest epoch this replica knows of (its own last term included): for logs."""
+        return max(self.elector.epoch, self.leader_epoch())
 
     # -- callbacks ------------------------------------------------------------------------
 
@@ -167,6 +203,8 @@ class NimbusDaemon:
 
     def _elected(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
         log.info("leading with epoch %d", epoch)
+        writer.observer = self.metrics.fenced_write
+        self.metrics.elected()
         self._writer = writer
         CodeMissingDuty(
             self.client,
@@ -196,6 +234,7 @@ class NimbusDaemon:
 
     def _deposed(self, reason: str) -> None:
         log.warning("no longer leading: %s", reason)
+        self.metrics.deposed()
         self._writer = None
         self.registry.set_role(is_leader=False, epoch=self.elector.epoch)
         self.health.refresh()

@@ -6,6 +6,7 @@ connection in the project picks them up at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
@@ -48,14 +49,21 @@ def _channel_options() -> list[tuple[str, Any]]:
     ]
 
 
-def make_grpc_server(listen: str, *, max_workers: int = 16) -> tuple[grpc.Server, int]:
+def make_grpc_server(
+    listen: str,
+    *,
+    max_workers: int = 16,
+    interceptors: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
+) -> tuple[grpc.Server, int]:
     """A gRPC server bound to ``listen`` (``host:port``, port 0 picks a free one).
 
-    Returns the server (not yet started) and the port actually bound.
+    Returns the server (not yet started) and the port actually bound. ``interceptors``
+    see every call (the daemon's metrics).
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         options=_channel_options(),
+        interceptors=list(interceptors),
     )
     port = server.add_insecure_port(listen)
     if port == 0:

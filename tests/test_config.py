@@ -33,6 +33,7 @@ def test_flags_beat_environment_beat_file_beat_defaults(
     assert values["replicas"] == 3
     assert values["replication_wait"] == 30.0  # default
     values.pop("log_level")
+    values.pop("log_format")
     config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
     assert config.min_replicas == 2  # derived: several replicas configured
 

@@ -1,0 +1,106 @@
+"""A gRPC server interceptor that reports every call's method, status code and duration.
+
+An interceptor rather than code in the servicer: every service on the server (Nimbus,
+health) is measured the same way, and the servicer stays about the API alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+#: (full method name, status code name, seconds) for each finished call.
+Observe = Callable[[str, str, float], None]
+
+
+def _code_name(context: grpc.ServicerContext, error: BaseException | None) -> str:
+    """The status the call ended with: what the handler set, else OK or UNKNOWN."""
+    code = context.code()  # type: ignore[attr-defined]
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if isinstance(error, GeneratorExit):
+        return "CANCELLED"  # the client went away during a stream
+    return "UNKNOWN" if error is not None else "OK"
+
+
+if TYPE_CHECKING:  # generic in the stubs only
+    _Interceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+
+class MetricsInterceptor(_Interceptor):
+    """Wraps each method handler so that its outcome is observed exactly once."""
+
+    def __init__(self, observe: Observe) -> None:
+        self._observe = observe
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(method, handler.stream_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(method, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _unary(
+        self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            started = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                return behavior(request, context)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                self._observe(method, _code_name(context, error), time.perf_counter() - started)
+
+        return wrapped
+
+    def _streaming(
+        self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            started = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                yield from behavior(request, context)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                self._observe(method, _code_name(context, error), time.perf_counter() - started)
+
+        return wrapped
