@@ -5,6 +5,12 @@ the same rows after a crash, plus a sink that publishes each batch id at most on
 file sink does that with a hard link, which fails if the name exists, so two writers
 racing on one batch cannot both publish (Spark's own file sink refuses aggregations
 without a watermark, so it cannot carry running counts).
+
+Under a worker, sinks are fenced (``BatchFence``, set by ``pipeline.worker``): each batch
+passes ``gate`` before it is evaluated, and the file sink links a batch into place only
+after ``commit`` (one ZooKeeper multi-op that checks the worker's claim) succeeded, so a
+worker that lost its claim publishes nothing and a reader of the folder sees only
+committed batches. A callback sink gets the gate only: its side effects are its own.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pyarrow.csv as pa_csv  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
@@ -34,6 +40,16 @@ BatchCallback = Callable[[DataFrame, int], None]
 _BATCH_RE = re.compile(r"^batch-(\d{12})\.(jsonl|csv|parquet)$")
 
 
+class BatchFence(Protocol):
+    """The worker's claim as a sink sees it (``pipeline.commits.SinkFence``)."""
+
+    def gate(self, batch_id: int) -> None:
+        """Raise when nothing may be published now; called before a batch is evaluated."""
+
+    def commit(self, batch_id: int) -> bool:
+        """Commit the batch under the claim (raise when refused); False: committed before."""
+
+
 class CallbackSink(Sink):
     """Calls ``fn(batch_frame, batch_id)`` on the driver for every micro-batch.
 
@@ -45,9 +61,15 @@ class CallbackSink(Sink):
 
     def __init__(self, fn: BatchCallback) -> None:
         self.fn = fn
+        self.fence: BatchFence | None = None
 
     def writer(self, frame: DataFrame) -> DataStreamWriter:
-        return frame.writeStream.foreachBatch(self.fn)
+        return frame.writeStream.foreachBatch(self._call)
+
+    def _call(self, frame: DataFrame, batch_id: int) -> None:
+        if self.fence is not None:
+            self.fence.gate(batch_id)
+        self.fn(frame, batch_id)
 
 
 class ConsoleSink(Sink):
@@ -72,7 +94,8 @@ class FileSink(Sink):
     and hard-linked into place; a batch id whose file exists is skipped, so a replayed
     batch is never written twice. Empty batches get an empty file too: the file set says
     exactly which batch ids were published. ``before_publish(batch_id)`` runs just before
-    the link; raising there (a lost claim, say) publishes nothing.
+    the link; raising there publishes nothing. With a ``fence`` (set by the worker) the
+    link follows only a successful commit under the worker's claim.
     """
 
     def __init__(
@@ -87,6 +110,7 @@ class FileSink(Sink):
         self.folder = Path(folder)
         self.file_format: FileFormat = file_format
         self.before_publish = before_publish
+        self.fence: BatchFence | None = None
 
     def path_for(self, batch_id: int) -> Path:
         return self.folder / f"batch-{batch_id:012d}.{self.file_format}"
@@ -96,6 +120,9 @@ class FileSink(Sink):
 
     def write_batch(self, frame: DataFrame, batch_id: int) -> None:
         """Publish one micro-batch unless its file is already there."""
+        fence = self.fence
+        if fence is not None:
+            fence.gate(batch_id)  # before anything is evaluated or written
         final = self.path_for(batch_id)
         if final.exists():
             # Still run the batch: PySpark 4.3 fails the query ("STATE_STORE_COMMIT_
@@ -115,6 +142,8 @@ class FileSink(Sink):
                     os.fsync(out.fileno())
                 if self.before_publish is not None:
                     self.before_publish(batch_id)
+                if fence is not None:
+                    fence.commit(batch_id)  # raises when the claim is lost: nothing published
                 try:
                     os.link(tmp, final)
                 except FileExistsError:

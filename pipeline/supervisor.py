@@ -14,8 +14,13 @@ slots are held and heartbeated as spares. The supervisor fetches the package fro
 replica holding it into its own ``CodeStore``, starts ``python -m pipeline.worker`` in a
 session of its own (so the worker's JVM and Python helpers can be killed as a group),
 restarts it after a crash with bounded exponential backoff and jitter, and stops it
-(SIGTERM, then SIGKILL after ``worker_stop_timeout``) when its assignment goes away. A
-slot's heartbeat has exactly one writer: the worker while its process lives, the
+(SIGTERM, then SIGKILL after ``worker_stop_timeout``) when its assignment goes away. The
+worker itself claims its slot in ZooKeeper before its query starts (``pipeline.claims``),
+so a worker of a moved slot and its successor never run at once. Workers outlive the
+supervisor: each one's pid and start time are kept in ``worker.json`` beside it
+(``pipeline.adopt``), and a restarted supervisor adopts the ones still alive instead of
+starting a second worker, then stops those whose assignment moved. A slot's heartbeat
+has exactly one writer: the worker while its process lives, the
 supervisor before it starts and after it exits. With ``workers=False`` (``--no-workers``)
 no process runs and every heartbeat says ``NO_RUNTIME``. All writes go through
 ``fencing.Membership``, which only touches this supervisor's own nodes.
@@ -62,6 +67,7 @@ from nimbus import __version__
 from nimbus.api import records
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_kazoo_client
+from pipeline import adopt
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +106,8 @@ class SupervisorConfig:
     worker_stop_timeout: float = 45.0  # SIGTERM, then SIGKILL after this many seconds
     restart_backoff: float = 1.0  # first restart delay; doubles per crash, with jitter
     restart_backoff_max: float = 60.0
+    checkpoint_dir: str = ""  # workers' checkpoints: <dir>/<topology-id>; "" -> each worker's own
+    suspended_fraction: float = 0.3  # a worker stops once SUSPENDED this part of the session
 
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
@@ -139,6 +147,10 @@ class SupervisorConfig:
             raise ConfigError(
                 f"--worker-stop-timeout must be positive, got {self.worker_stop_timeout}"
             )
+        if not 0 < self.suspended_fraction <= 1:
+            raise ConfigError(
+                f"--suspended-fraction must be in (0, 1], got {self.suspended_fraction}"
+            )
         if not 0 < self.restart_backoff <= self.restart_backoff_max:
             raise ConfigError(
                 f"restart backoff must be > 0 and at most its maximum "
@@ -159,12 +171,20 @@ class _Worker:
     digest: str
     folder: Path
     proc: subprocess.Popen[bytes] | None = None
+    adopted: adopt.WorkerRecord | None = None  # a live worker started by an earlier process
     started_at: float = 0.0
     stop_sent_at: float | None = None
     killed: bool = False
     failures: int = 0
     next_start: float = 0.0
     status: str = STARTING
+
+    @property
+    def pid(self) -> int | None:
+        """The live (or not yet reaped) worker process, started here or adopted."""
+        if self.proc is not None:
+            return self.proc.pid
+        return self.adopted.pid if self.adopted is not None else None
 
 
 class Supervisor:
@@ -197,6 +217,7 @@ class Supervisor:
         # is written by the supervisor only while no process of it lives, checked and
         # written under the lock that starting and reaping a worker also take.
         self._workers: dict[str, _Worker] = {}
+        self._restarts = 0  # workers that exited unasked and were scheduled again (metrics)
         self._workers_lock = threading.Lock()
         self._manage_wake = threading.Event()
         self._manager = threading.Thread(target=self._manage, name="workers", daemon=True)
@@ -224,7 +245,11 @@ class Supervisor:
             self._store = CodeStore(
                 self._state / "code", max_package_bytes=MAX_ACCEPTED_PACKAGE_BYTES
             )
+        # Reads every assignment before it returns (the watches fire once at registration),
+        # so adopted workers are judged against the real assignments, never an empty view.
         ChildrenWatch(self.client, self._paths.assignments, self._on_children)
+        if self.config.workers:
+            self._adopt()
         self.beat_once()
         self._thread.start()
         if self.config.workers:
@@ -251,6 +276,12 @@ class Supervisor:
             log.info("could not clean up on stop (the leader will): %s", e)
         self.client.stop()
         self.client.close()
+
+    def worker_counts(self) -> tuple[int, int]:
+        """(workers running now, restarts scheduled so far): what its metrics show."""
+        with self._workers_lock:
+            running = sum(1 for w in self._workers.values() if w.status == "running")
+            return running, self._restarts
 
     @property
     def held(self) -> list[tuple[str, int]]:
@@ -291,7 +322,7 @@ class Supervisor:
             owned = {
                 self._paths.workerbeat(w.topology_id, worker_name(self.id, w.slot))
                 for w in self._workers.values()
-                if w.proc is not None
+                if w.pid is not None
             }
             for tid, slot in held:
                 path = self._paths.workerbeat(tid, worker_name(self.id, slot))
@@ -431,7 +462,7 @@ class Supervisor:
         for tid, worker in list(self._workers.items()):
             self._reap(worker, now)
             if want.get(tid) != (worker.slot, worker.digest):
-                if worker.proc is None:
+                if worker.pid is None:
                     with self._workers_lock:
                         del self._workers[tid]
                 else:
@@ -446,8 +477,25 @@ class Supervisor:
                     self._workers[tid] = worker
             else:
                 worker = found
-            if worker.proc is None and now >= worker.next_start:
+            if worker.pid is None and now >= worker.next_start:
                 self._start_worker(worker)
+
+    def _adopt(self) -> None:
+        """Take over the still-running workers an earlier process of this supervisor started."""
+        for record in adopt.running_workers(self._state / "workers"):
+            folder = self._state / "workers" / record.topology_id
+            worker = _Worker(record.topology_id, record.slot, record.digest, folder)
+            worker.adopted = record
+            worker.started_at = time.monotonic()
+            worker.status = "running"
+            with self._workers_lock:
+                self._workers[record.topology_id] = worker
+            log.info(
+                "adopted the running worker of %s in slot %d (pid %d)",
+                record.topology_id,
+                record.slot,
+                record.pid,
+            )
 
     def _backoff(self, failures: int) -> float:
         """Exponential in the failures so far, bounded, with jitter (no restart stampede)."""
@@ -474,7 +522,12 @@ class Supervisor:
             "--heartbeat-interval", str(self.config.heartbeat_interval),
             "--session-timeout", str(self.config.session_timeout),
             "--spark-master", self.config.spark_master,
+            "--host", self.config.host,
+            "--suspended-fraction", str(self.config.suspended_fraction),
         ]  # fmt: skip
+        if self.config.checkpoint_dir:
+            checkpoint = Path(self.config.checkpoint_dir) / worker.topology_id
+            cmd += ["--checkpoint-dir", str(checkpoint)]
         with (worker.folder / "worker.log").open("ab") as out, self._workers_lock:
             if self._stop.is_set():
                 return
@@ -486,9 +539,16 @@ class Supervisor:
             worker.started_at = time.monotonic()
             worker.stop_sent_at, worker.killed = None, False
             worker.status = "running"
+        pid = worker.proc.pid
+        ticks = adopt.start_ticks(pid)
+        if ticks is not None:  # None: it died at once; the reaper sees to it
+            adopt.save(
+                worker.folder,
+                adopt.WorkerRecord(pid, ticks, worker.topology_id, worker.slot, worker.digest),
+            )
         pid_file = worker.folder / "worker.pid"
         tmp = pid_file.with_suffix(".tmp")
-        tmp.write_text(f"{worker.proc.pid}\n")
+        tmp.write_text(f"{pid}\n")
         os.replace(tmp, pid_file)
         log.info(
             "started worker of %s in slot %d (pid %d)",
@@ -526,12 +586,18 @@ class Supervisor:
 
     def _reap(self, worker: _Worker, now: float) -> None:
         """Notice an exited worker; schedule its restart unless it was asked to stop."""
-        proc = worker.proc
-        if proc is None:
+        proc, adopted = worker.proc, worker.adopted
+        if proc is not None:
+            # WNOWAIT: the exited worker stays a zombie, so its pid (and group id) cannot be
+            # reused while we kill what is left of its group (its JVM, Python helpers).
+            running = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            pid = proc.pid
+        elif adopted is not None:
+            running = adopt.is_alive(adopted)  # not our child: no exit code to wait for
+            pid = adopted.pid
+        else:
             return
-        # WNOWAIT: the exited worker stays a zombie, so its pid (and group id) cannot be
-        # reused while we kill what is left of its group (its JVM, Python helpers).
-        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if running:
             sent = worker.stop_sent_at
             if (
                 sent is not None
@@ -539,19 +605,22 @@ class Supervisor:
                 and now - sent >= self.config.worker_stop_timeout
             ):
                 log.warning("worker of %s ignored SIGTERM; killing it", worker.topology_id)
-                _kill_group(proc.pid)
+                _kill_group(pid)
                 worker.killed = True
             return
-        _kill_group(proc.pid)
-        code = proc.wait()
+        _kill_group(pid)
+        code = proc.wait() if proc is not None else -1  # -1: an adopted worker's is unknown
+        adopt.forget(worker.folder)
         with self._workers_lock:
             worker.proc = None
+            worker.adopted = None
             if worker.stop_sent_at is not None:
                 worker.status = "stopped"
                 log.info("worker of %s stopped (exit code %d)", worker.topology_id, code)
                 return
             ran = now - worker.started_at
             worker.failures = 1 if ran >= HEALTHY_RUN else worker.failures + 1
+            self._restarts += 1
             delay = self._backoff(worker.failures)
             worker.next_start = now + delay
             worker.status = f"restarting: worker exited with code {code}, next in {delay:.1f}s"
@@ -564,11 +633,12 @@ class Supervisor:
         )
 
     def _stop_worker(self, worker: _Worker, now: float) -> None:
-        if worker.proc is None or worker.stop_sent_at is not None:
+        pid = worker.pid
+        if pid is None or worker.stop_sent_at is not None:
             return
         log.info("stopping the worker of %s (no longer assigned here)", worker.topology_id)
         with suppress(ProcessLookupError):
-            os.kill(worker.proc.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         worker.stop_sent_at = now
         with self._workers_lock:
             worker.status = "stopping"
@@ -578,12 +648,13 @@ class Supervisor:
         for worker in self._workers.values():
             self._stop_worker(worker, time.monotonic())
         deadline = time.monotonic() + self.config.worker_stop_timeout + 1
-        while any(w.proc is not None for w in self._workers.values()):
+        while any(w.pid is not None for w in self._workers.values()):
             now = time.monotonic()
             for worker in self._workers.values():
                 self._reap(worker, now)
-                if now >= deadline and worker.proc is not None and not worker.killed:
-                    _kill_group(worker.proc.pid)
+                pid = worker.pid
+                if now >= deadline and pid is not None and not worker.killed:
+                    _kill_group(pid)
                     worker.killed = True
             time.sleep(0.05)
 
@@ -620,6 +691,19 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         default=float(os.environ.get("NIMBUS_WORKER_STOP_TIMEOUT", "45")),
         help="seconds between SIGTERM and SIGKILL when stopping a worker",
     )
+    p.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("NIMBUS_CHECKPOINT_DIR", ""),
+        help="workers' checkpoints as <dir>/<topology-id>; a folder every supervisor shares "
+        "lets a moved slot resume where it stopped (default: under each worker's folder)",
+    )
+    p.add_argument(
+        "--suspended-fraction",
+        type=float,
+        default=float(os.environ.get("NIMBUS_SUSPENDED_FRACTION", "0.3")),
+        help="a worker stops its query once its ZooKeeper connection was SUSPENDED for "
+        "this fraction of the session timeout",
+    )
 
 
 class WorkerOptions(TypedDict):
@@ -627,6 +711,8 @@ class WorkerOptions(TypedDict):
     state_dir: str
     spark_master: str
     worker_stop_timeout: float
+    checkpoint_dir: str
+    suspended_fraction: float
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -636,6 +722,8 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         "state_dir": str(args.state_dir),
         "spark_master": str(args.spark_master),
         "worker_stop_timeout": float(args.worker_stop_timeout),
+        "checkpoint_dir": str(args.checkpoint_dir),
+        "suspended_fraction": float(args.suspended_fraction),
     }
 
 

@@ -8,10 +8,18 @@ it only before the worker starts and after it exits. The worker beats from its f
 second with status ``starting`` because a SparkSession and the first micro-batch take
 5-15 s here, longer than a heartbeat timeout.
 
-The checkpoint lives under ``--state-dir`` and survives restarts, so a worker restarted
-after a crash resumes from it with nothing lost and nothing counted twice at an
-idempotent sink. SIGTERM (or losing the supervisor, seen as a new parent) stops the
-query between micro-batches where possible and exits 0.
+The checkpoint lives under ``--checkpoint-dir`` (default ``<state-dir>/checkpoint``; a
+folder shared by all supervisors lets a moved slot resume where it was) and survives
+restarts, so a worker restarted after a crash resumes from it with nothing lost and
+nothing counted twice at an idempotent sink.
+
+Data-plane fencing (``pipeline.claims``, ``pipeline.commits``): the query starts only once
+the worker holds the claim on its topology's slot, and every sink publishes only under
+it. The query stops between micro-batches, and the worker exits, when the assignment
+moves (exit 0), on SIGTERM (exit 0) or when the claim is lost or at risk (exit 4): session
+LOST, claim node gone, SUSPENDED for longer than ``--suspended-fraction`` of the session
+timeout, no word from ZooKeeper for a session timeout. A worker outlives its supervisor:
+a restarted supervisor adopts it (``pipeline.adopt``).
 """
 
 from __future__ import annotations
@@ -19,8 +27,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -37,10 +45,14 @@ from fencing import FencingError, Membership
 from leader.paths import Paths, worker_name
 from nimbus.api import records
 from nimbus.factory import make_kazoo_client
-from pipeline.errors import PipelineError
+from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
+from pipeline.commits import Committer
+from pipeline.errors import PipelineError, PipelineRunError
+from pipeline.graph import Topology
 from pipeline.package import load_topology, unpack_package
 from pipeline.runner import TopologyRun, run
 from pipeline.session import make_spark
+from pipeline.sinks import CallbackSink, FileSink
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +60,12 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_NO_ZOOKEEPER = 3
+EXIT_FENCED = 4  # the claim was lost or at risk: the query stopped, nothing more published
 
 #: How long a stop waits for the query to be between micro-batches before stopping anyway.
 STOP_TIMEOUT = 30.0
+#: The same once fenced off: the batch in flight cannot publish, so do not wait for it long.
+FENCED_STOP_TIMEOUT = 3.0
 
 
 @dataclass
@@ -88,12 +103,16 @@ class Worker:
         slot: int,
         heartbeat_interval: float,
         session_timeout: float,
+        claim: SlotClaim,
     ) -> None:
         self.topology_id = topology_id
         self.supervisor_id = supervisor_id
         self.slot = slot
         self.stop_requested = threading.Event()
         self._client = client
+        self._paths = paths
+        self._session_timeout = session_timeout
+        self.claim = claim
         self._membership = Membership(client, supervisor_id, timeout=session_timeout)
         self._path = paths.workerbeat(topology_id, worker_name(supervisor_id, slot))
         self._interval = heartbeat_interval
@@ -145,15 +164,15 @@ class Worker:
             log.info("heartbeat failed, retrying: %s", e)
 
     def _beat_loop(self) -> None:
-        parent = os.getppid()
+        # The worker outlives its supervisor: a restarted one adopts it, and the claim
+        # (not the parent process) decides whether it may keep running.
         while not self._beats_done.wait(self._interval):
-            if os.getppid() != parent and not self.stop_requested.is_set():
-                log.warning("the supervisor (pid %d) is gone; stopping", parent)
-                self.stop_requested.set()
             self.beat()
 
-    def run(self, package: Path, state_dir: Path, spark_master: str) -> int:
-        """Start Spark, then the query, and keep it until asked to stop; the exit code."""
+    def run(
+        self, package: Path, state_dir: Path, spark_master: str, checkpoint: Path | None = None
+    ) -> int:
+        """Start Spark, claim the slot, then run the query until told to stop; the exit code."""
         state_dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(package.read_bytes()).hexdigest() if package.is_file() else ""
         unpack_to = state_dir / f"package-{digest[:16]}" if digest else None
@@ -165,28 +184,82 @@ class Worker:
             if self.stop_requested.is_set():
                 return EXIT_OK
             topology = load_topology(root)
+            self.set_status("waiting for the claim")
+            try:
+                token = self.claim.acquire(self.stop_requested)
+            except NotAssignedError as e:
+                log.info("not starting: %s", e)
+                return EXIT_OK
+            except ClaimAbortedError:
+                return EXIT_OK
+            fence_sinks(
+                topology,
+                Committer(self._client, self._paths, self.claim, timeout=self._session_timeout),
+            )
             self.set_status("starting: query")
             topology_run = run(
                 topology,
                 spark,
-                state_dir / "checkpoint",
+                checkpoint or state_dir / "checkpoint",
                 trigger="continuous",
                 name=self.topology_id,
             )
             with self._lock:
                 self._run = topology_run
                 self._status = "running"
-            log.info("%s running in slot %s", self.topology_id, self.slot)
-            while not self.stop_requested.wait(0.2):
-                failure = topology_run.exception()
-                if failure is not None or not topology_run.is_active:
-                    log.error("%s: the query ended: %s", self.topology_id, failure)
-                    return EXIT_FAILED
-            log.info("%s: stopping between micro-batches", self.topology_id)
-            topology_run.stop(timeout=STOP_TIMEOUT)
-            return EXIT_OK
+            log.info(
+                "%s: query started in slot %s (claim epoch %d)",
+                self.topology_id,
+                self.slot,
+                token.epoch,
+            )
+            return self._watch(topology_run, token.epoch)
         finally:
+            self.claim.release()
             spark.stop()
+
+    def _watch(self, topology_run: TopologyRun, epoch: int) -> int:
+        """Keep the query until a stop is asked for, the claim ends, or the query fails."""
+        code = EXIT_OK
+        reason: str | None = None
+        while not self.stop_requested.wait(0.1):
+            reason = self.claim.stop_reason()
+            if reason is not None:
+                code = EXIT_OK if self.claim.moved else EXIT_FENCED
+                break
+            failure = topology_run.exception()
+            if failure is not None or not topology_run.is_active:
+                refusal = self.claim.stop_reason() or self.claim.publish_refusal()
+                if refusal is not None:  # the sink refused a batch: fenced, not broken
+                    reason, code = refusal, EXIT_FENCED
+                    break
+                log.error("%s: the query ended: %s", self.topology_id, failure)
+                return EXIT_FAILED
+        fenced = code == EXIT_FENCED
+        log.info(
+            "%s: stopping the query%s",
+            self.topology_id,
+            f" ({reason})" if reason else " between micro-batches",
+        )
+        self.set_status(f"stopping: {reason}" if reason else "stopping")
+        try:
+            topology_run.stop(timeout=FENCED_STOP_TIMEOUT if fenced else STOP_TIMEOUT)
+        except PipelineRunError as e:
+            if not fenced:
+                raise
+            log.info("%s: the query ended fenced off: %s", self.topology_id, e)
+        log.info("%s: query stopped (claim epoch %d)", self.topology_id, epoch)
+        return code
+
+
+def fence_sinks(topology: Topology, committer: Committer) -> None:
+    """Make every sink of ``topology`` publish only under the worker's claim."""
+    for spec in topology.sinks:
+        sink = spec.component
+        if isinstance(sink, FileSink | CallbackSink):
+            sink.fence = committer.for_sink(spec.name)
+        else:
+            log.warning("sink %r (%s) is not fenced", spec.name, type(sink).__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,6 +273,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds")
     p.add_argument("--session-timeout", type=float, default=10.0, help="seconds")
     p.add_argument("--spark-master", default="local[2]", help="Spark master URL")
+    p.add_argument(
+        "--checkpoint-dir", default="", help="checkpoint folder; default <state-dir>/checkpoint"
+    )
+    p.add_argument("--host", default=socket.gethostname(), help="named in the worker's claim")
+    p.add_argument(
+        "--suspended-fraction",
+        type=float,
+        default=0.3,
+        help="stop once SUSPENDED this fraction of the session timeout",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
 
 
@@ -220,14 +303,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"worker: could not reach ZooKeeper at {args.zookeeper}", file=sys.stderr)
         client.close()
         return EXIT_NO_ZOOKEEPER
+    paths = Paths(args.root)
+    claim = SlotClaim(
+        client,
+        paths,
+        topology_id=args.topology_id,
+        supervisor_id=args.supervisor_id,
+        slot=args.slot,
+        host=args.host,
+        session_timeout=args.session_timeout,
+        suspended_fraction=args.suspended_fraction,
+    )
     worker = Worker(
         client,
-        Paths(args.root),
+        paths,
         topology_id=args.topology_id,
         supervisor_id=args.supervisor_id,
         slot=args.slot,
         heartbeat_interval=args.heartbeat_interval,
         session_timeout=args.session_timeout,
+        claim=claim,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -239,8 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = EXIT_FAILED
     end = "failed"
     try:
-        code = worker.run(Path(args.package), Path(args.state_dir), args.spark_master)
-        end = "stopped" if code == EXIT_OK else "failed: the query ended"
+        checkpoint = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+        code = worker.run(Path(args.package), Path(args.state_dir), args.spark_master, checkpoint)
+        end = {EXIT_OK: "stopped", EXIT_FENCED: "fenced off: claim lost"}.get(
+            code, "failed: the query ended"
+        )
     except PipelineError as e:
         log.error("%s", e)
         end = f"failed: {e}"
