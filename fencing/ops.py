@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -11,6 +12,7 @@ class Create:
     data: bytes = b""
     ephemeral: bool = False
     sequence: bool = False
+    acl: tuple[Any, ...] | None = None  # kazoo ACLs; None: the client's default ACL
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def commit(client: KazooClient, ops: Sequence[Op], *, timeout: float) -> list[An
         if isinstance(op, Check):
             txn.check(op.path, op.version)
         elif isinstance(op, Create):
-            txn.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
+            acl = list(op.acl) if op.acl is not None else None
+            txn.create(op.path, op.data, acl=acl, ephemeral=op.ephemeral, sequence=op.sequence)
         elif isinstance(op, SetData):
             txn.set_data(op.path, op.data, op.version)
         else:

@@ -30,6 +30,7 @@ from leader.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
 from nimbus.api import pb, rpc
 from nimbus.errors import NimbusError
 from nimbus.factory import make_channel
+from nimbus.security.client import ClientSecurity
 
 T = TypeVar("T")
 
@@ -83,12 +84,14 @@ class NimbusClient:
         attempts: int = 12,
         deadline: float = 30.0,
         max_backoff: float = 1.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.seeds = parse_seeds(seeds)
         self._call_timeout = call_timeout
         self._attempts = attempts
         self._deadline = deadline
         self._max_backoff = max_backoff
+        self._security = security  # TLS and token; None: the process default
         self._channels: dict[str, grpc.Channel] = {}
         self._guard = threading.Lock()
         self._leader: str | None = None
@@ -247,7 +250,7 @@ class NimbusClient:
         with self._guard:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = make_channel(address)
+                channel = self._channels[address] = make_channel(address, self._security)
         return rpc.NimbusStub(channel)
 
     def _retrying(self, fn: Callable[[], T]) -> T:

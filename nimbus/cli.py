@@ -14,6 +14,8 @@ from nimbus import (
     cmd_topology,
     cmd_zookeeper,
 )
+from nimbus.errors import NimbusError
+from nimbus.security import client as client_security
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "token_file") and hasattr(args, "tls"):  # a client command
+        try:
+            client_security.set_default(client_security.from_args(args))
+        except NimbusError as e:
+            print(f"nimbus {args.command}: {e}", file=sys.stderr)
+            return 2
     code: int = args.func(args)
     return code
 

@@ -11,10 +11,12 @@ from leader.client import NimbusClient
 from nimbus.api import records
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
+from nimbus.security.client import add_client_flags
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, default=10.0, help="overall deadline, seconds")
 

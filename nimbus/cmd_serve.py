@@ -45,6 +45,15 @@ OPTIONS: list[tuple[str, type, object, str]] = [
         "seconds a worker or supervisor may be silent before its workers move",
     ),
     ("--log-level", str, "INFO", "DEBUG, INFO, WARNING"),
+    # Security (README "Security"): secrets only in files or the environment.
+    ("--zk-auth-file", str, "", "ZooKeeper digest user:password file (or $NIMBUS_ZK_AUTH)"),
+    ("--zk-world-readable", str, "false", "true: anyone may read (not modify) our nodes"),
+    ("--tls-cert", str, "", "PEM certificate chain: turns TLS on with --tls-key"),
+    ("--tls-key", str, "", "PEM private key of --tls-cert"),
+    ("--tls-client-ca", str, "", "PEM CA: clients must present a certificate it signed"),
+    ("--tls-ca", str, "", "PEM CA this replica trusts when it calls its peers"),
+    ("--token-file", str, "", "accepted bearer tokens, one per line: mutating calls need one"),
+    ("--auth-reads", str, "false", "true: read-only calls need a token too"),
     ("--log-format", str, "json", "json (one object per line) or text"),
     ("--metrics-port", int, 0, "Prometheus /metrics port on the --listen host (0: off)"),
 ]  # fmt: skip

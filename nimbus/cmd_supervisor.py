@@ -13,6 +13,9 @@ from typing import Any
 
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
+from nimbus.security import client as client_security
+from nimbus.security.client import add_client_flags
+from nimbus.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
 from pipeline.supervisor import (
     Supervisor,
     SupervisorConfig,
@@ -30,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--heartbeat-interval", type=float, default=1.0, help="seconds")
     add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
     add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    add_env_flag(p, "--zk-auth-file", default="", help="user:password file ($NIMBUS_ZK_AUTH)")
+    add_env_flag(p, "--zk-world-readable", default="false", help="nodes readable by anyone")
+    add_client_flags(p)  # TLS and token for code downloads from replicas
     add_worker_arguments(p)
     p.set_defaults(func=run)
 
@@ -48,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
+        world_readable = parse_flag_bool(args.zk_world_readable)
+        zk_auth = load_zk_auth(args.zk_auth_file or None, world_readable=world_readable)
+        client_security.set_default(client_security.from_args(args))
+        export_to_children(args.zk_auth_file, world_readable)  # workers use it too
         config = SupervisorConfig(
+            zk_auth=zk_auth,
             zookeeper=args.zookeeper,
             root=args.root,
             supervisor_id=args.id,
@@ -58,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             session_timeout=float(args.session_timeout),
             **worker_options(args),
         )
-    except NimbusError as e:
+    except (NimbusError, ValueError) as e:
         print(f"nimbus supervisor: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()

@@ -16,6 +16,7 @@ from leader.client import NimbusClient
 from nimbus.api import pb, records
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
+from nimbus.security.client import add_client_flags
 
 CHUNK = 1024 * 1024
 
@@ -27,15 +28,18 @@ def register(sub: Any) -> None:
     p.add_argument("--config-json", default="{}", help="topology config as a JSON object")
     p.add_argument("--workers", type=int, default=1)
     add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(p)
     p.add_argument("--timeout", type=float, default=600.0)
     p.set_defaults(func=run_submit)
     d = sub.add_parser("describe", help="one topology: status, epoch, digest, code replicas")
     d.add_argument("name")
     add_env_flag(d, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(d)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_describe)
     ls = sub.add_parser("list", help="every topology with its status")
     add_env_flag(ls, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(ls)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
     for command, help_text in (
@@ -47,6 +51,7 @@ def register(sub: Any) -> None:
         c = sub.add_parser(command, help=help_text)
         c.add_argument("name")
         add_env_flag(c, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+        add_client_flags(c)
         c.add_argument("--json", action="store_true")
         if command in ("kill", "rebalance"):
             c.add_argument("--wait", type=int, default=0, help="seconds (default 0)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nimbus.errors import ConfigError
+from nimbus.security.zkauth import parse_flag_bool
 
 _ROOT_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 
@@ -44,9 +45,23 @@ class NimbusConfig:
     heartbeat_timeout: float = 10.0  # a worker or supervisor silent this long is moved off
     max_package_mib: float = 64.0
     gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
+    # Security (README "Security"); all off by default. Secrets only in files or env.
+    zk_auth_file: str = ""  # user:password file; else $NIMBUS_ZK_AUTH_FILE, $NIMBUS_ZK_AUTH
+    zk_world_readable: bool = False  # nodes readable by anyone (still only we modify)
+    tls_cert: str = ""  # PEM certificate chain; with tls_key turns TLS on
+    tls_key: str = ""
+    tls_client_ca: str = ""  # set: clients must present a certificate it signed
+    tls_ca: str = ""  # what this replica trusts when it calls its peers
+    token_file: str = ""  # accepted bearer tokens, one per line: mutating calls need one
+    auth_reads: bool = False  # read-only calls need a token too
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
 
     def __post_init__(self) -> None:
+        for flag in ("zk_world_readable", "auth_reads"):
+            try:
+                object.__setattr__(self, flag, parse_flag_bool(getattr(self, flag)))
+            except ValueError as e:
+                raise ConfigError(f"--{flag.replace('_', '-')}: {e}") from e
         if not self.zookeeper.strip():
             raise ConfigError("--zookeeper is required (a connect string, host:port[,...])")
         if not _ROOT_RE.match(self.root):

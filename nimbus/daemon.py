@@ -35,6 +35,10 @@ from nimbus.lifecycle import Lifecycle, LifecycleDuty
 from nimbus.metrics import MetricsServer, ReplicaMetrics
 from nimbus.recordcache import RecordCache
 from nimbus.scheduler import SchedulerDuty
+from nimbus.security import client as client_security
+from nimbus.security.credentials import CredentialsDuty
+from nimbus.security.server import load_server_security
+from nimbus.security.zkauth import warn_if_open
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
 from nimbus.zkcheck import check_session_timeout
@@ -57,8 +61,19 @@ class NimbusDaemon:
             missing_packages=lambda: self.syncer.lag,
         )
         self._metrics_server: MetricsServer | None = None
+        self.security = load_server_security(
+            zk_auth_file=config.zk_auth_file,
+            zk_world_readable=config.zk_world_readable,
+            tls_cert=config.tls_cert,
+            tls_key=config.tls_key,
+            tls_client_ca=config.tls_client_ca,
+            tls_ca=config.tls_ca,
+            token_file=config.token_file,
+            auth_reads=config.auth_reads,
+        )
+        client_security.set_default(self.security.peer)  # peer code downloads
         self.client: KazooClient = make_kazoo_client(
-            config.zookeeper, session_timeout=config.session_timeout
+            config.zookeeper, session_timeout=config.session_timeout, auth=self.security.zk_auth
         )
         self.cache = LeaderCache(self.client, config.root)
         self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
@@ -103,7 +118,12 @@ class NimbusDaemon:
         )
         self.health = NimbusHealth(connected=self._connected, is_leader=self.elector.is_leader)
         self.server, self.port = make_grpc_server(
-            config.listen, interceptors=[MetricsInterceptor(self.metrics.grpc_call)]
+            config.listen,
+            interceptors=[
+                MetricsInterceptor(self.metrics.grpc_call),
+                *self.security.interceptors(),
+            ],
+            tls=self.security.tls,
         )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
@@ -146,6 +166,7 @@ class NimbusDaemon:
             raise
         self.client.add_listener(self._on_state)
         ensure_folders(self.client, Paths(self.config.root).folders())
+        warn_if_open(self.client, self.config.root, self.security.zk_auth)
         self.config.code_dir.mkdir(parents=True, exist_ok=True)
         self.cache.add_listener(self.health.refresh)
         self.cache.start()
@@ -229,6 +250,15 @@ class NimbusDaemon:
             heartbeat_timeout=self.config.heartbeat_timeout,
             storms=self.storms.items,
         ).start()
+        if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
+            CredentialsDuty(
+                self.client,
+                self.config.root,
+                self.security.zk_auth,
+                writer,
+                storms=self.storms.items,
+                interval=self.config.sync_interval,
+            ).start()
         self.registry.set_role(is_leader=True, epoch=epoch)
         self.health.refresh()
 

@@ -14,6 +14,11 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
+from nimbus.security import client as client_security
+from nimbus.security.client import ClientSecurity
+from nimbus.security.tls import ServerTls
+from nimbus.security.zkauth import ZkAuth
+
 # Bounds on gRPC messages: packages travel in ~1 MiB chunks, so 8 MiB is generous.
 MAX_GRPC_MESSAGE_BYTES = 8 * 1024 * 1024
 
@@ -23,6 +28,7 @@ def make_kazoo_client(
     *,
     session_timeout: float,
     read_only: bool = False,
+    auth: ZkAuth | None = None,
 ) -> KazooClient:
     """A KazooClient that reconnects forever but never re-sends a command.
 
@@ -39,6 +45,8 @@ def make_kazoo_client(
         timeout=session_timeout,
         connection_retry=connection_retry,
         read_only=read_only,
+        auth_data=auth.auth_data if auth else None,
+        default_acl=auth.acl if auth else None,
     )
 
 
@@ -53,6 +61,7 @@ def make_grpc_server(
     listen: str,
     *,
     max_workers: int = 16,
+    tls: ServerTls | None = None,
     interceptors: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
 ) -> tuple[grpc.Server, int]:
     """A gRPC server bound to ``listen`` (``host:port``, port 0 picks a free one).
@@ -65,12 +74,19 @@ def make_grpc_server(
         options=_channel_options(),
         interceptors=list(interceptors),
     )
-    port = server.add_insecure_port(listen)
+    if tls is not None:
+        port = server.add_secure_port(listen, tls.credentials())
+    else:
+        port = server.add_insecure_port(listen)
     if port == 0:
         raise OSError(f"could not bind gRPC server to {listen}")
     return server, port
 
 
-def make_channel(target: str) -> grpc.Channel:
-    """A gRPC channel to one replica (``host:port``)."""
-    return grpc.insecure_channel(target, options=_channel_options())
+def make_channel(target: str, security: ClientSecurity | None = None) -> grpc.Channel:
+    """A gRPC channel to one replica (``host:port``).
+
+    TLS and the bearer token come from ``security``, else from the process default the
+    daemon, supervisor or CLI set from its flags (plaintext without a token if none did).
+    """
+    return (security or client_security.default()).channel(target, _channel_options())

@@ -67,6 +67,7 @@ from nimbus import __version__
 from nimbus.api import records
 from nimbus.errors import ConfigError, ZooKeeperUnavailableError
 from nimbus.factory import make_kazoo_client
+from nimbus.security.zkauth import ZkAuth
 from pipeline import adopt
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class SupervisorConfig:
     worker_stop_timeout: float = 45.0  # SIGTERM, then SIGKILL after this many seconds
     restart_backoff: float = 1.0  # first restart delay; doubles per crash, with jitter
     restart_backoff_max: float = 60.0
+    zk_auth: ZkAuth | None = None  # digest identity and ACL of every node it creates
     checkpoint_dir: str = ""  # workers' checkpoints: <dir>/<topology-id>; "" -> each worker's own
     suspended_fraction: float = 0.3  # a worker stops once SUSPENDED this part of the session
 
@@ -198,7 +200,7 @@ class Supervisor:
         self.config = config
         self.id = config.supervisor_id
         self.client: KazooClient = make_kazoo_client(
-            config.zookeeper, session_timeout=config.session_timeout
+            config.zookeeper, session_timeout=config.session_timeout, auth=config.zk_auth
         )
         self._paths = Paths(config.root)
         self._membership = Membership(self.client, self.id, timeout=config.session_timeout)

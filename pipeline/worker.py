@@ -44,7 +44,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from fencing import FencingError, Membership
 from leader.paths import Paths, worker_name
 from nimbus.api import records
+from nimbus.errors import NimbusError
 from nimbus.factory import make_kazoo_client
+from nimbus.security.zkauth import zk_auth_from_env
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer
 from pipeline.errors import PipelineError, PipelineRunError
@@ -296,7 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    client = make_kazoo_client(args.zookeeper, session_timeout=args.session_timeout)
+    try:  # the supervisor exported its ZooKeeper identity (a file path, never the secret)
+        zk_auth = zk_auth_from_env()
+    except NimbusError as e:
+        print(f"worker: {e}", file=sys.stderr)
+        return 2
+    client = make_kazoo_client(args.zookeeper, session_timeout=args.session_timeout, auth=zk_auth)
     try:
         client.start(timeout=max(args.session_timeout, 10.0))
     except KazooTimeoutError:

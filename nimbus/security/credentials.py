@@ -1,0 +1,138 @@
+"""Per-topology credential nodes, readable only by that topology's identity (and us).
+
+Storm's ``mk-topo-only-acls``: each topology gets a ZooKeeper digest identity of its own
+(user = topology id, a random password) and ``/credentials/<topology-id>`` holding it,
+with an ACL that gives the service everything and the topology READ, never anyone else,
+even when the rest of the tree is world-readable. A worker handed that identity can read
+its own credentials and no other topology's. The leader keeps the set in step with
+``/storms`` (fenced); with ZooKeeper auth off there are no identities and no nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.security import make_digest_acl
+
+from fencing import Create, Delete, FencedWriter, FencingError, NotLeaderError, ensure_folders
+from nimbus.errors import NimbusError
+from nimbus.security.zkauth import ZkAuth
+
+log = logging.getLogger(__name__)
+
+
+class CredentialsError(NimbusError):
+    """A credentials node is missing, unreadable or damaged."""
+
+
+@dataclass(frozen=True)
+class TopologyCredentials:
+    topology_id: str
+    password: str = field(repr=False)
+
+    @property
+    def auth(self) -> ZkAuth:
+        """The topology's own identity, to authenticate a worker's ZooKeeper client."""
+        return ZkAuth(self.topology_id, self.password)
+
+    def encode(self) -> bytes:
+        return json.dumps({"topology_id": self.topology_id, "password": self.password}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> TopologyCredentials:
+        try:
+            value = json.loads(data)
+            return cls(str(value["topology_id"]), str(value["password"]))
+        except (ValueError, TypeError, KeyError) as e:
+            raise CredentialsError(f"damaged credentials record ({type(e).__name__})") from e
+
+
+def credentials_folder(root: str) -> str:
+    return f"{root}/credentials"
+
+
+def credentials_path(root: str, topology_id: str) -> str:
+    return f"{credentials_folder(root)}/{topology_id}"
+
+
+def new_credentials(topology_id: str) -> TopologyCredentials:
+    return TopologyCredentials(topology_id, secrets.token_urlsafe(32))
+
+
+def create_op(root: str, service: ZkAuth, creds: TopologyCredentials) -> Create:
+    """The node: service ALL, the topology READ, nobody else anything."""
+    reader = make_digest_acl(creds.topology_id, creds.password, read=True)
+    return Create(
+        credentials_path(root, creds.topology_id),
+        creds.encode(),
+        acl=tuple(service.private_acl(reader)),
+    )
+
+
+def read_credentials(client: KazooClient, root: str, topology_id: str) -> TopologyCredentials:
+    """What a supervisor (service identity) or the topology itself reads."""
+    try:
+        data, _ = client.get(credentials_path(root, topology_id))
+    except NoNodeError as e:
+        raise CredentialsError(f"no credentials for topology {topology_id!r}") from e
+    return TopologyCredentials.decode(data)
+
+
+class CredentialsDuty:
+    """Leader-only: one credentials node per topology in ``/storms``, none for the gone."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        service: ZkAuth,
+        writer: FencedWriter,
+        *,
+        storms: Callable[[], Mapping[str, object]],
+        interval: float,
+    ) -> None:
+        self._client = client
+        self._root = root
+        self._service = service
+        self._writer = writer
+        self._storms = storms
+        self._interval = interval
+        self._thread = threading.Thread(target=self._run, name="credentials", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def run_once(self) -> list[str]:
+        """One pass; returns the changes made, in words."""
+        folder = credentials_folder(self._root)
+        ensure_folders(self._client, [folder])
+        have = set(self._client.get_children(folder))
+        want = set(self._storms())
+        changes: list[str] = []
+        for topology_id in sorted(want - have):
+            self._writer.batch([create_op(self._root, self._service, new_credentials(topology_id))])
+            changes.append(f"credentials of {topology_id} created")
+        for topology_id in sorted(have - want):
+            self._writer.batch([Delete(credentials_path(self._root, topology_id))])
+            changes.append(f"credentials of {topology_id} removed")
+        return changes
+
+    def _run(self) -> None:
+        token = self._writer.token
+        while True:
+            try:
+                for change in self.run_once():
+                    log.info("credentials duty: %s", change)
+            except NotLeaderError:
+                return
+            except (FencingError, KazooException) as e:
+                log.info("credentials duty pass failed: %s", e)
+            if token.wait(self._interval):
+                return
