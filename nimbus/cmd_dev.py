@@ -68,7 +68,7 @@ class Cluster:
         finally:
             log.close()
 
-    def start_replica(self, port: int) -> None:
+    def start_replica(self, port: int, ui_port: int = 0) -> None:
         address = f"127.0.0.1:{port}"
         self.replicas[address] = self._spawn(
             f"replica-{port}",
@@ -78,9 +78,11 @@ class Cluster:
                 "--code-dir", str(self.workdir / f"code-{port}"),
                 "--replicas", str(self.args.replicas), "--sync-interval", "0.5",
                 "--heartbeat-timeout", "5",
+                *(["--ui-port", str(ui_port)] if ui_port else []),
             ],
         )  # fmt: skip
-        print(f"nimbus replica   {address}  (log {self.workdir}/replica-{port}.log)")
+        ui = f"  web UI http://127.0.0.1:{ui_port}/" if ui_port else ""
+        print(f"nimbus replica   {address}{ui}  (log {self.workdir}/replica-{port}.log)")
 
     def start_supervisor(self, index: int) -> None:
         name = f"supervisor-{index}"
@@ -173,13 +175,18 @@ def run(args: argparse.Namespace) -> int:
         replica_ports = [args.base_port + 1 + i for i in range(args.replicas)]
     else:
         zk_port, *replica_ports = free_ports(args.replicas + 1)
+    ui_ports = (
+        [args.base_port + 1 + args.replicas + i for i in range(args.replicas)]
+        if args.base_port
+        else free_ports(args.replicas)
+    )
     try:
         with ZooKeeperCluster(size=args.ensemble, first_client_port=zk_port) as zk:
             print(f"zookeeper        {zk.connect_string}  ({args.ensemble} node(s))")
             cluster = Cluster(zk.connect_string, workdir, args)
             try:
-                for port in replica_ports:
-                    cluster.start_replica(port)
+                for port, ui_port in zip(replica_ports, ui_ports, strict=True):
+                    cluster.start_replica(port, ui_port)
                 for index in range(1, args.supervisors + 1):
                     cluster.start_supervisor(index)
                 with NimbusClient(list(cluster.replicas), deadline=60, attempts=400) as client:

@@ -45,6 +45,7 @@ OPTIONS: list[tuple[str, type, object, str]] = [
         "seconds a worker or supervisor may be silent before its workers move",
     ),
     ("--log-level", str, "INFO", "DEBUG, INFO, WARNING"),
+    ("--ui-port", int, 0, "read-only web UI port on the --listen host (0: off)"),
     # Security (README "Security"): secrets only in files or the environment.
     ("--zk-auth-file", str, "", "ZooKeeper digest user:password file (or $NIMBUS_ZK_AUTH)"),
     ("--zk-world-readable", str, "false", "true: anyone may read (not modify) our nodes"),
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"nimbus serve: {e}", file=sys.stderr)
         return 1
     print(f"serving {config.replica_id} (gRPC port {daemon.port})", flush=True)
+    if daemon.ui is not None:
+        print(f"web UI http://{config.advertise.rsplit(':', 1)[0]}:{daemon.ui.port}/", flush=True)
     while not stop.wait(0.5):
         pass
     daemon.stop()

@@ -45,6 +45,7 @@ class NimbusConfig:
     heartbeat_timeout: float = 10.0  # a worker or supervisor silent this long is moved off
     max_package_mib: float = 64.0
     gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
+    ui_port: int = 0  # the read-only web UI on the --listen host; 0: not served
     # Security (README "Security"); all off by default. Secrets only in files or env.
     zk_auth_file: str = ""  # user:password file; else $NIMBUS_ZK_AUTH_FILE, $NIMBUS_ZK_AUTH
     zk_world_readable: bool = False  # nodes readable by anyone (still only we modify)
@@ -113,6 +114,10 @@ class NimbusConfig:
             raise ConfigError(f"--metrics-port must be within 0..65535, got {self.metrics_port}")
         if self.metrics_port and self.metrics_port == parse_address(self.listen, "--listen")[1]:
             raise ConfigError(f"--metrics-port {self.metrics_port} is the gRPC port too")
+        if not 0 <= self.ui_port <= 65535:
+            raise ConfigError(f"--ui-port must be within 0..65535, got {self.ui_port}")
+        if self.ui_port and self.ui_port == parse_address(self.listen, "--listen")[1]:
+            raise ConfigError(f"--ui-port {self.ui_port} is the gRPC port too")
         if self.connect_timeout == 0:
             object.__setattr__(self, "connect_timeout", max(30.0, self.session_timeout))
         if self.connect_timeout < self.session_timeout:

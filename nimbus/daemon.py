@@ -41,6 +41,7 @@ from nimbus.security.server import load_server_security
 from nimbus.security.zkauth import warn_if_open
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
+from nimbus.ui import WebUi
 from nimbus.zkcheck import check_session_timeout
 
 log = logging.getLogger(__name__)
@@ -141,9 +142,12 @@ class NimbusDaemon:
             self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.ui: WebUi | None = None
         self._stopped = threading.Event()
 
     def start(self) -> None:
+        if self.config.ui_port:  # bind first: a taken port fails before anything runs
+            self._start_ui()
         if self.config.metrics_port:  # first: a taken port fails before anything else runs
             host = parse_address(self.config.listen, "--listen")[0].strip("[]")
             self._metrics_server = MetricsServer(
@@ -174,6 +178,8 @@ class NimbusDaemon:
         self.storms.wait_loaded(self.config.connect_timeout)
         self.registry.start()
         self.server.start()
+        if self.ui is not None:
+            self.ui.start()
         self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
         self.syncer.start()
         self.elector.start()
@@ -184,6 +190,8 @@ class NimbusDaemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self.ui is not None:
+            self.ui.stop()
         self.elector.stop()
         self.syncer.stop()
         self.health.refresh()
@@ -204,6 +212,24 @@ class NimbusDaemon:
     def known_epoch(self) -> int:
         """The highest epoch this replica knows of (its own last term included): for logs."""
         return max(self.elector.epoch, self.leader_epoch())
+
+    def _start_ui(self) -> None:
+        host = self.config.listen.rpartition(":")[0].strip("[]")
+        self.ui = WebUi(
+            self.client,
+            root=self.config.root,
+            replica_id=self.config.replica_id,
+            host=host,
+            port=self.config.ui_port,
+            leader_cache=self.cache,
+            storms=self.storms,
+            store=self.store,
+            connected=self._connected,
+        )
+        try:
+            self.ui.bind()
+        except OSError as e:
+            raise ConfigError(f"--ui-port {self.config.ui_port}: {e.strerror or e}") from e
 
     # -- callbacks ------------------------------------------------------------------------
 
