@@ -31,6 +31,7 @@ from nimbus.api import pb, rpc
 from nimbus.errors import NimbusError
 from nimbus.factory import make_channel
 from nimbus.security.client import ClientSecurity
+from nimbus.security.client import ClientSecurity
 
 T = TypeVar("T")
 
@@ -55,6 +56,8 @@ class _Redirect(Exception):
 
 
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# Credentials the server refused: every seed would say the same, so fail at once.
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 def _retryable(error: BaseException) -> bool:
@@ -92,6 +95,7 @@ class NimbusClient:
         self._deadline = deadline
         self._max_backoff = max_backoff
         self._security = security  # TLS and token; None: the process default
+        self._security = security  # TLS and token; None: the process default
         self._channels: dict[str, grpc.Channel] = {}
         self._guard = threading.Lock()
         self._leader: str | None = None
@@ -126,6 +130,8 @@ class NimbusClient:
                         pb.GetAllNimbusAddressesRequest(), timeout=self._call_timeout
                     )
                 except grpc.RpcError as e:
+                    if e.code() in _REFUSED:
+                        raise
                     last = e
                     continue
                 if reply.leader_epoch >= self.max_epoch_seen:
@@ -217,6 +223,8 @@ class NimbusClient:
                     pb.GetLeaderAddressRequest(), timeout=self._call_timeout
                 )
             except grpc.RpcError as e:
+                if e.code() in _REFUSED:
+                    raise
                 last = e
                 continue
             if reply.epoch < self.max_epoch_seen:

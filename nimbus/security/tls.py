@@ -19,7 +19,8 @@ _MAX_PEM_BYTES = 1 << 20
 
 def read_pem(path: str, what: str, *, marker: str) -> bytes:
     """A PEM file's bytes; ``marker`` (e.g. ``CERTIFICATE``) must appear in a BEGIN line."""
-    text = read_secret_file(path, what, limit=_MAX_PEM_BYTES)
+    secret = marker == "PRIVATE KEY"  # certificates are public
+    text = read_secret_file(path, what, limit=_MAX_PEM_BYTES, secret=secret)
     if f"-----BEGIN {marker}" not in text and not (
         marker == "PRIVATE KEY" and "PRIVATE KEY-----" in text
     ):

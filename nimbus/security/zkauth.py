@@ -77,8 +77,10 @@ def parse_secret(text: str, *, source: str, world_readable: bool = False) -> ZkA
         raise ConfigError(f"ZooKeeper auth from {source}: {e}") from e
 
 
-def read_secret_file(path: str, what: str, *, limit: int = _MAX_SECRET_BYTES) -> str:
-    """A small secret file's text; warns when others may read it.
+def read_secret_file(
+    path: str, what: str, *, limit: int = _MAX_SECRET_BYTES, secret: bool = True
+) -> str:
+    """A small (``secret``) file's text; warns when others may read a secret.
 
     Only a warning: Kubernetes mounts Secrets 0644 unless told otherwise.
     """
@@ -87,7 +89,7 @@ def read_secret_file(path: str, what: str, *, limit: int = _MAX_SECRET_BYTES) ->
         info = p.stat()
         if info.st_size > limit:
             raise ConfigError(f"{what} {path} is {info.st_size} bytes, over the {limit}-byte limit")
-        if info.st_mode & stat.S_IRWXO:
+        if secret and info.st_mode & stat.S_IRWXO:
             log.warning("%s %s is readable by others; chmod 600 it", what, path)
         return p.read_text(encoding="utf-8")
     except OSError as e:
