@@ -31,7 +31,6 @@ from nimbus.api import pb, rpc
 from nimbus.errors import NimbusError
 from nimbus.factory import make_channel
 from nimbus.security.client import ClientSecurity
-from nimbus.security.client import ClientSecurity
 
 T = TypeVar("T")
 
