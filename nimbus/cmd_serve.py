@@ -57,6 +57,7 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--auth-reads", str, "false", "true: read-only calls need a token too"),
     ("--log-format", str, "json", "json (one object per line) or text"),
     ("--metrics-port", int, 0, "Prometheus /metrics port on the --listen host (0: off)"),
+    ("--k8s-pod", str, "", "this pod's name: label it nimbus-role=leader|follower (empty: off)"),
 ]  # fmt: skip
 
 

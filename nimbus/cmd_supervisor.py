@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import socket
 import sys
@@ -11,8 +10,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from nimbus import logs
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
+from nimbus.metrics import MetricsServer, serve_supervisor_metrics
 from nimbus.security import client as client_security
 from nimbus.security.client import add_client_flags
 from nimbus.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
@@ -33,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--heartbeat-interval", type=float, default=1.0, help="seconds")
     add_env_flag(p, "--session-timeout", type=float, default=10.0, help="seconds")
     add_env_flag(p, "--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    add_env_flag(p, "--log-format", default="json", help="json (one object per line) or text")
+    add_env_flag(p, "--metrics-port", type=int, default=0, help="Prometheus /metrics (0: off)")
     add_env_flag(p, "--zk-auth-file", default="", help="user:password file ($NIMBUS_ZK_AUTH)")
     add_env_flag(p, "--zk-world-readable", default="false", help="nodes readable by anyone")
     add_client_flags(p)  # TLS and token for code downloads from replicas
@@ -48,11 +51,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=str(args.log_level).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        logs.configure(str(args.log_level), str(args.log_format)).replica = str(args.id)
+    except NimbusError as e:
+        print(f"nimbus supervisor: {e}", file=sys.stderr)
+        return 2
     try:
         world_readable = parse_flag_bool(args.zk_world_readable)
         zk_auth = load_zk_auth(args.zk_auth_file or None, world_readable=world_readable)
@@ -80,15 +83,22 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     supervisor = Supervisor(config)
+    metrics: MetricsServer | None = None
     try:
+        if args.metrics_port:  # first: a taken port fails before anything runs
+            metrics = serve_supervisor_metrics(supervisor, int(args.metrics_port))
         supervisor.start()
     except NimbusError as e:
+        if metrics is not None:
+            metrics.stop()
         print(f"nimbus supervisor: {e}", file=sys.stderr)
         return 1
     print(f"supervising {config.supervisor_id} ({config.slots} slots)", flush=True)
     while not stop.wait(0.5):
         pass
     supervisor.stop()
+    if metrics is not None:
+        metrics.stop()
     return 0
 
 

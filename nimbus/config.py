@@ -56,6 +56,7 @@ class NimbusConfig:
     token_file: str = ""  # accepted bearer tokens, one per line: mutating calls need one
     auth_reads: bool = False  # read-only calls need a token too
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
+    k8s_pod: str = ""  # this pod's name: label it nimbus-role=leader|follower; "": off
 
     def __post_init__(self) -> None:
         for flag in ("zk_world_readable", "auth_reads"):

@@ -33,6 +33,7 @@ from nimbus.factory import make_grpc_server, make_kazoo_client
 from nimbus.grpc_metrics import MetricsInterceptor
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
 from nimbus.metrics import MetricsServer, ReplicaMetrics
+from nimbus.podlabel import PodApi, PodLabeler
 from nimbus.recordcache import RecordCache
 from nimbus.scheduler import SchedulerDuty
 from nimbus.security import client as client_security
@@ -62,6 +63,7 @@ class NimbusDaemon:
             missing_packages=lambda: self.syncer.lag,
         )
         self._metrics_server: MetricsServer | None = None
+        self.pod_labeler = PodLabeler(PodApi.in_cluster(config.k8s_pod)) if config.k8s_pod else None
         self.security = load_server_security(
             zk_auth_file=config.zk_auth_file,
             zk_world_readable=config.zk_world_readable,
@@ -153,6 +155,9 @@ class NimbusDaemon:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, host, self.config.metrics_port
             )
+        if self.pod_labeler is not None:
+            self.pod_labeler.start()
+            self.pod_labeler.set_role("follower")  # a restarted leader's pod drops the label
         try:
             self.client.start(timeout=self.config.connect_timeout)
         except KazooTimeoutError as e:
@@ -201,6 +206,8 @@ class NimbusDaemon:
         self.client.close()
         if self._metrics_server is not None:
             self._metrics_server.stop()
+        if self.pod_labeler is not None:
+            self.pod_labeler.stop()
 
     def leader_epoch(self) -> int:
         """The current leader's epoch as this replica knows it; 0 while none is known."""
@@ -252,6 +259,8 @@ class NimbusDaemon:
         log.info("leading with epoch %d", epoch)
         writer.observer = self.metrics.fenced_write
         self.metrics.elected()
+        if self.pod_labeler is not None:
+            self.pod_labeler.set_role("leader")
         self._writer = writer
         CodeMissingDuty(
             self.client,
@@ -291,6 +300,8 @@ class NimbusDaemon:
     def _deposed(self, reason: str) -> None:
         log.warning("no longer leading: %s", reason)
         self.metrics.deposed()
+        if self.pod_labeler is not None:
+            self.pod_labeler.set_role("follower")
         self._writer = None
         self.registry.set_role(is_leader=False, epoch=self.elector.epoch)
         self.health.refresh()

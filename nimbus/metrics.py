@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -138,43 +139,50 @@ class ReplicaMetrics:
             yield chunk
 
 
-class SupervisorMetrics:
-    """What one supervisor exports: its workers, read at scrape time."""
+class WorkerTable(Protocol):
+    """What a supervisor shows its metrics: its id and (workers running, restarts so far)."""
 
-    def __init__(
-        self,
-        *,
-        supervisor_id: str,
-        workers_running: Callable[[], int],
-        worker_restarts: Callable[[], int],
-    ) -> None:
+    id: str
+
+    def worker_counts(self) -> tuple[int, int]: ...
+
+
+class SupervisorMetrics:
+    """What one supervisor exports: its workers, read from its table at scrape time."""
+
+    def __init__(self, supervisor: WorkerTable) -> None:
         self.registry = _registry()
-        r = self.registry
         Gauge(
             "nimbus_supervisor_info", "Always 1; labels name this supervisor", ["supervisor"],
-            registry=r,
-        ).labels(supervisor=supervisor_id).set(1)  # fmt: skip
-        r.register(_WorkerCollector(workers_running, worker_restarts))
+            registry=self.registry,
+        ).labels(supervisor=supervisor.id).set(1)  # fmt: skip
+        self.registry.register(_WorkerCollector(supervisor.worker_counts))
 
 
 class _WorkerCollector(Collector):
-    """Reads the supervisor's worker table at scrape time (a counter it keeps itself)."""
+    """Both figures come from one read of the table, so they are consistent."""
 
-    def __init__(self, running: Callable[[], int], restarts: Callable[[], int]) -> None:
-        self._running = running
-        self._restarts = restarts
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
 
     def collect(self) -> Iterable[Metric]:
+        running, restarts = self._counts()
         yield GaugeMetricFamily(
             "nimbus_supervisor_workers_running",
-            "Worker processes of this supervisor alive right now",
-            value=self._running(),
+            "Worker processes of this supervisor running now",
+            value=running,
         )
         yield CounterMetricFamily(
             "nimbus_supervisor_worker_restarts",
             "Times a worker of this supervisor exited unasked and was scheduled to restart",
-            value=self._restarts(),
+            value=restarts,
         )
+
+
+def serve_supervisor_metrics(
+    supervisor: WorkerTable, port: int, host: str = "0.0.0.0"
+) -> MetricsServer:
+    return MetricsServer(SupervisorMetrics(supervisor).registry, host, port)
 
 
 class MetricsServer:

@@ -8,12 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from leader.client import NimbusClient
 from nimbus import logs
@@ -22,27 +20,11 @@ from nimbus.config import NimbusConfig
 from nimbus.errors import ConfigError
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
+from tests.scrape import scrape, value
 from tests.waiting import wait_until
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 SUBMIT = "/storm.nimbus.v1.Nimbus/SubmitTopology"
 ACTIVATE = "/storm.nimbus.v1.Nimbus/ActivateTopology"
-
-
-def scrape(port: int) -> tuple[str, Samples]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        assert reply.status == 200
-        text = reply.read().decode()
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return text, samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def test_scraped_metrics_tell_the_truth_before_and_after_a_failover(

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from code_sync.package import make_package
 from pipeline.sinks import latest_by_key, read_batches
-from tests.cluster import REPO, wait_for_agreed_leader
+from tests.cluster import REPO, free_port, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.scrape import metric
 from tests.waiting import wait_until
 
 EXAMPLE = REPO / "examples" / "wordcount"
@@ -75,6 +76,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
 
     replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
     log_path = tmp_path / "supervisor.log"
+    metrics_port = free_port()
     with log_path.open("ab") as log:
         supervisor = subprocess.Popen(
             [
@@ -82,6 +84,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
                 "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "2",
                 "--heartbeat-interval", "0.5", "--session-timeout", "6",
                 "--state-dir", str(state), "--worker-stop-timeout", "30",
+                "--metrics-port", str(metrics_port),
             ],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
@@ -106,6 +109,8 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
             message="the first corpus counted exactly",
         )
         assert worker_states() == ["running"]
+        assert metric(metrics_port, "nimbus_supervisor_workers_running") == 1
+        assert metric(metrics_port, "nimbus_supervisor_worker_restarts_total") == 0
         killed = worker_pid()
         assert killed is not None and alive(killed)
 
@@ -127,11 +132,14 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
             message="all input counted exactly once after the restart",
         )
         assert worker_states() == ["running"]
+        assert metric(metrics_port, "nimbus_supervisor_workers_running") == 1
+        assert metric(metrics_port, "nimbus_supervisor_worker_restarts_total") == 1
 
         stopped = cli("kill", "wordcount", "--seeds", seeds, "--wait", "0")
         assert stopped.returncode == 0, stopped.stderr
         wait_until(lambda: not alive(restarted), timeout=60, message="the worker to exit")
         assert "stopped (exit code 0)" in log_path.read_text(), "it stopped cleanly"
+        assert metric(metrics_port, "nimbus_supervisor_workers_running") == 0
         assert output_counts(out) == counted(first + second + third)
     finally:
         supervisor.send_signal(signal.SIGTERM)

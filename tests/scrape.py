@@ -1,0 +1,30 @@
+"""Reading a /metrics endpoint the way Prometheus does: over HTTP, parsed by its parser."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(port: int, host: str = "127.0.0.1") -> tuple[str, Samples]:
+    """The exposition text and its samples keyed by (name, labels)."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
+        assert reply.status == 200
+        text = reply.read().decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return text, samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; 0 when absent (as a counter that never moved)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    return value(scrape(port)[1], name, **labels)

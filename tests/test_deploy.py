@@ -1,0 +1,254 @@
+"""deploy/: the Kubernetes manifests and the container image, checked offline.
+
+No cluster and no Docker daemon here, so each check takes the part Kubernetes or Docker
+would rely on and runs it for real: the manifests against the API schemas, the probes
+against a running replica, the pod environment through `nimbus serve`'s own option
+parsing, and the image's entry command from a wheel built the way the Dockerfile does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from leader.health import LEADER_SERVICE
+from nimbus.cli import build_parser
+from nimbus.cmd_serve import resolve
+from nimbus.config import NimbusConfig
+from nimbus.podlabel import LABEL, PodApi
+from tests.cluster import REPO, free_port
+from tests.replica_fixtures import Spawn
+from tests.waiting import wait_until
+
+KUBE = REPO / "deploy" / "kubernetes"
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+# The oldest Kubernetes the manifests promise to fit, and the newest the package knows.
+KUBE_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
+
+
+def manifests() -> list[Path]:
+    return sorted(p for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def resources() -> list[dict[str, Any]]:
+    return [doc for path in manifests() for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    found = [r for r in resources() if r["kind"] == kind and r["metadata"]["name"] == name]
+    assert len(found) == 1, f"one {kind} {name} in {KUBE}"
+    return found[0]
+
+
+def nimbus_container() -> dict[str, Any]:
+    spec = find("StatefulSet", "nimbus")["spec"]["template"]["spec"]
+    container: dict[str, Any] = spec["containers"][0]
+    return container
+
+
+def pod_env(container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet makes it: downward-API fields, ConfigMap
+    keys, and ``$(VAR)`` expanded from variables defined earlier in the list."""
+    config = find("ConfigMap", "nimbus-config")["data"]
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = re.sub(
+                r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"]
+            )
+        elif "fieldRef" in item["valueFrom"]:
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[item["name"]] = config[item["valueFrom"]["configMapKeyRef"]["key"]]
+    return env
+
+
+def test_every_manifest_validates_against_the_kubernetes_schemas() -> None:
+    listed = yaml.safe_load((KUBE / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == [p.name for p in manifests()], "kustomization lists every file"
+    kinds = set()
+    for path in manifests():
+        for doc in yaml.safe_load_all(path.read_text()):
+            for version in KUBE_VERSIONS:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.ValidationError as e:
+                    pytest.fail(f"{path.name}: {doc['kind']} invalid for {version}: {e.message}")
+            kinds.add(doc["kind"])
+    expected = {"StatefulSet", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment"}
+    assert expected <= kinds
+
+
+def test_the_cluster_shape_the_design_asks_for() -> None:
+    nimbus = find("StatefulSet", "nimbus")["spec"]
+    assert nimbus["replicas"] == 3 and nimbus["podManagementPolicy"] == "Parallel"
+    headless = find("Service", nimbus["serviceName"])["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert find("PodDisruptionBudget", "nimbus")["spec"]["maxUnavailable"] == 1
+    pod = nimbus["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = nimbus_container()
+    assert container["lifecycle"]["preStop"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    leader_only = find("Service", "nimbus-leader")["spec"]["selector"]
+    assert leader_only["nimbus-role"] == "leader"
+
+
+def test_probes_name_health_services_a_running_replica_serves(spawn: Spawn) -> None:
+    container = nimbus_container()
+    grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+    probes = [container["readinessProbe"], container["livenessProbe"]]
+    listen = tomllib.loads(find("ConfigMap", "nimbus-config")["data"]["nimbus.toml"])["listen"]
+    assert listen.endswith(f":{grpc_port}")
+    services = set()
+    for probe in probes:
+        assert probe["grpc"]["port"] == grpc_port
+        services.add(probe["grpc"].get("service", ""))
+    # Readiness per pod: a probe on the leader's name would hold every follower NotReady.
+    assert LEADER_SERVICE not in services
+
+    replica = spawn()
+    for service in services:
+        wait_until(lambda s=service: replica.health(s) == "SERVING", timeout=30,  # type: ignore[misc]
+                   message=f"health {service!r} SERVING on a replica")  # fmt: skip
+
+
+def test_the_advertised_address_is_the_pods_dns_name_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    container = nimbus_container()
+    env = pod_env(container, {"metadata.name": "nimbus-1", "metadata.namespace": "prod"})
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    toml = tmp_path / "nimbus.toml"
+    toml.write_text(find("ConfigMap", "nimbus-config")["data"]["nimbus.toml"])
+    args = [str(toml) if a == "/etc/nimbus/nimbus.toml" else a for a in container["args"]]
+    values = resolve(build_parser().parse_args(args))
+    values.pop("log_level")
+    values.pop("log_format")
+    config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
+    service = find("StatefulSet", "nimbus")["spec"]["serviceName"]
+    assert config.replica_id == f"nimbus-1.{service}.prod.svc.cluster.local:6627"
+    assert config.zookeeper.startswith("zk-0.zk-headless:2181")
+    assert config.metrics_port == 9464 and config.replicas == 3
+
+
+def built_wheel(tmp_path: Path) -> Path:
+    """Build the wheel from exactly what the Dockerfile's build stage copies."""
+    src = tmp_path / "src"
+    src.mkdir()
+    copies = re.findall(r"^COPY (?!--from)(.+?) (\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert copies, "the Dockerfile copies the project"
+    for sources, _ in copies:
+        for name in sources.split():
+            origin = REPO / name.rstrip("/")
+            if origin.is_dir():
+                shutil.copytree(
+                    origin, src / origin.name, ignore=shutil.ignore_patterns("__pycache__")
+                )
+            else:
+                shutil.copy2(origin, src / origin.name)
+    wheels = tmp_path / "wheels"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "--wheel-dir", str(wheels), str(src)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (wheel,) = wheels.glob("*.whl")
+    return wheel
+
+
+def test_the_image_entry_command_runs_from_an_installed_wheel(tmp_path: Path) -> None:
+    entrypoint = re.search(r"^ENTRYPOINT (.+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert entrypoint is not None and yaml.safe_load(entrypoint.group(1)) == ["nimbus"]
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",
+         str(site), str(built_wheel(tmp_path))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    # The wheel's code, not the work tree's: run outside the repo with the wheel first.
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import nimbus, pipeline as p; print(nimbus.__file__, p.__file__)"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert where.stdout.split() and all(p.startswith(str(site)) for p in where.stdout.split())
+
+    def help_of(command: str) -> str:
+        shown = subprocess.run(
+            [str(site / "bin" / "nimbus"), command, "--help"],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        return " ".join(shown.stdout.split())  # argparse wraps lines anywhere
+
+    serve_help = help_of("serve")
+    assert "--metrics-port" in serve_help and "--advertise" in serve_help
+    # Every flag and NIMBUS_<FLAG> the manifests use exists in the installed command.
+    supervisor = find("Deployment", "nimbus-supervisor")["spec"]["template"]["spec"]
+    for container, helped in (
+        (nimbus_container(), serve_help),
+        (supervisor["containers"][0], help_of("supervisor")),
+    ):
+        assert container["args"][0] in ("serve", "supervisor")
+        for arg in container["args"][1:]:
+            if arg.startswith("--"):
+                assert arg.split("=")[0] in helped, f"{arg} not in `nimbus {container['args'][0]}`"
+        for item in container["env"]:
+            if item["name"].startswith("NIMBUS_"):
+                assert f"env {item['name']}]" in helped, f"{item['name']} is no flag's variable"
+
+
+def test_pod_labelling_outside_a_pod_is_refused_by_name(zk_hosts: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "nimbus.cli", "serve", "--zookeeper", zk_hosts,
+            "--listen", f"127.0.0.1:{free_port()}", "--k8s-pod", "nimbus-0",
+            "--code-dir", str(tmp_path / "code"),
+        ],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--k8s-pod 'nimbus-0' needs to run inside a Kubernetes pod" in done.stderr
+
+
+def test_the_leader_label_is_a_merge_patch_of_the_pods_own_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("t0ken\n")
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    (account / "namespace").write_text("prod")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    request = PodApi.in_cluster("nimbus-2", account).request("leader")
+    assert request.get_method() == "PATCH"
+    assert request.full_url == (
+        "https://kubernetes.default.svc:443/api/v1/namespaces/prod/pods/nimbus-2"
+    )
+    assert request.get_header("Content-type") == "application/merge-patch+json"
+    assert request.get_header("Authorization") == "Bearer t0ken"
+    assert isinstance(request.data, bytes)
+    patch = json.loads(request.data)
+    # What the leader-only Service selects, and what the Role allows.
+    assert patch == {"metadata": {"labels": {LABEL: "leader"}}}
+    assert find("Service", "nimbus-leader")["spec"]["selector"][LABEL] == "leader"
+    rules = find("Role", "nimbus-pod-labeler")["rules"]
+    assert any("pods" in r["resources"] and "patch" in r["verbs"] for r in rules)
