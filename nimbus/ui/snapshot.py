@@ -191,6 +191,7 @@ class ClusterView:
         holders = code_holders(
             self._s.mirror.subtree(self._s.paths.code_distributor, depth=HOLDERS_DEPTH),
             {tid: base.digest for tid, base in storms.items()},
+            live=set(self._s.nimbuses()),
         )
         errors = self._errors()
         rows = [

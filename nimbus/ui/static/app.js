@@ -118,14 +118,14 @@ function replicasSection(c) {
     el("tr", { "data-replica": r.address, "data-leader": r.is_leader ? "true" : "false" },
       el("td", { class: "mono" }, r.address, r.serving_this_page ? el("span", { class: "muted" }, " (this page)") : null),
       el("td", {}, el("span", { class: `badge ${r.is_leader ? "leader" : ""}` }, r.role)),
-      el("td", { class: "num" }, r.epoch),
+      el("td", { class: "num" }, r.epoch || "–"),
       el("td", { class: "num" }, duration(r.uptime_s)),
       el("td", { class: "num" }, r.code_sync_lag),
       el("td", {}, el("span", { class: `badge ${r.code_sync_lag ? "syncing" : "ok"}` }, r.health)),
       el("td", { class: "muted" }, r.version),
     ));
   return section("replicas", `Replicas (${c.replicas.length})`, table("replicas-table",
-    [["address"], ["role"], ["epoch", "num"], ["uptime", "num"], ["code sync lag", "num"], ["health"], ["version"]],
+    [["address"], ["role"], ["own term", "num"], ["uptime", "num"], ["code sync lag", "num"], ["health"], ["version"]],
     rows, "No replica is registered."));
 }
 
