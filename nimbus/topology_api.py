@@ -14,6 +14,7 @@ from nimbus.api import pb
 from nimbus.apierror import ApiError
 from nimbus.lifecycle import Lifecycle
 from nimbus.names import check_digest
+from nimbus.security.limits import check_kill, check_rebalance, checked_submit, guarded
 from nimbus.submission import Submitter
 
 DOWNLOAD_CHUNK = 1024 * 1024
@@ -29,16 +30,16 @@ class DaemonTopologyApi:
         lifecycle: Lifecycle,
     ) -> None:
         self._client = client
-        self.kill = lifecycle.kill
+        self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/security)
         self.activate = lifecycle.activate
         self.deactivate = lifecycle.deactivate
-        self.rebalance = lifecycle.rebalance
+        self.rebalance = guarded(check_rebalance, lifecycle.rebalance)
         self._root = root
         self._store = store
         self._submitter = submitter
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
-        return self._submitter.submit(requests)
+        return self._submitter.submit(checked_submit(requests))
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
         return topologies.list_topologies(self._client, self._root)
