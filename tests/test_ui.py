@@ -25,10 +25,12 @@ from typing import Any
 import pytest
 
 from code_sync.package import make_package
+from code_sync.store import CodeStore
 from leader.client import NimbusClient
 from leader.discovery import LeaderInfo
 from nimbus.api import pb, records
 from nimbus.faultproxy import FaultProxy
+from nimbus.ui.graph import GraphCache
 from nimbus.ui.snapshot import terms
 from nimbus.zkserver import ZooKeeperCluster
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
@@ -280,3 +282,53 @@ def test_terms_end_where_the_next_begins_and_only_a_live_holder_is_current() -> 
     # The holder of the newest term died and nobody leads: its end is unknown, not "now".
     orphaned = terms(history, None, now_ms=4500)[-1]
     assert (orphaned["current"], orphaned["ended_ms"]) == (False, None)
+
+
+def test_a_graph_missing_from_the_record_is_built_from_the_held_package_out_of_process(
+    tmp_path: Path,
+) -> None:
+    store = CodeStore(tmp_path / "code", max_package_bytes=1 << 20)
+    made = {
+        name: make_package({"topology.py": body}, tmp_path / f"{name}.zip")
+        for name, body in (
+            ("wordcount", (EXAMPLE / "topology.py").read_bytes()),
+            ("broken", b"def build():\n    return None\n"),
+        )
+    }
+    digests = {
+        name: store.write([path.read_bytes()], expected_digest=None).digest
+        for name, path in made.items()
+    }
+    changed = threading.Event()
+    graphs = GraphCache(store, on_ready=changed.set)
+    try:
+        assert graphs.get(digests["wordcount"])["status"] == "loading"
+        ready = wait_until(
+            lambda: graphs.get(digests["wordcount"])["status"] == "ready", timeout=60
+        )
+        assert ready and changed.is_set()
+        components = graphs.get(digests["wordcount"])["components"]
+        shape = [(c["name"], c["kind"], [i["grouping"] for i in c["inputs"]]) for c in components]
+        assert shape == [
+            ("sentences", "spout", []),
+            ("split", "bolt", ["shuffle"]),
+            ("count", "bolt", ["fields"]),
+            ("out", "sink", ["global"]),
+        ]
+        broken = wait_until(
+            lambda: (
+                graphs.get(digests["broken"])["status"] != "loading"
+                and graphs.get(digests["broken"])
+            ),
+            timeout=60,
+        )
+        assert broken["status"] == "unavailable"
+        assert "NoneType" in broken["reason"], broken
+        # Code this replica does not hold yet is not written off: it is asked for again.
+        changed.clear()
+        missing = "0" * 64
+        assert graphs.get(missing)["status"] == "loading"
+        wait_until(changed.is_set, timeout=30, message="the missing package's verdict")
+        assert graphs.get(missing)["status"] == "loading"
+    finally:
+        graphs.stop()

@@ -41,6 +41,8 @@ class GraphCache:
         self._guard = threading.Lock()
         self._graphs: dict[str, dict[str, Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ui-graph")
+        self._child: subprocess.Popen[str] | None = None
+        self._stopped = False
 
     def get(self, digest: str) -> dict[str, Any]:
         """``{"status": "ready", "components": [...]}``, or ``loading`` / ``unavailable``."""
@@ -53,7 +55,13 @@ class GraphCache:
         return loading
 
     def stop(self) -> None:
+        """Kill a loader still running: a replica's stop must not wait for user code."""
+        self._stopped = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._guard:
+            child = self._child
+        if child is not None:
+            child.kill()
 
     def _load(self, digest: str) -> None:
         graph = self._run(digest)
@@ -71,23 +79,34 @@ class GraphCache:
         except StoreError as e:
             return _unavailable(f"cannot read the package: {e}", retry=True)
         try:
-            done = subprocess.run(
+            child = subprocess.Popen(
                 [sys.executable, "-m", "nimbus.ui.graphdump", str(self._store.path(digest))],
-                capture_output=True,
-                text=True,
-                timeout=self._timeout,
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
-        except subprocess.TimeoutExpired:
-            return _unavailable(f"building the topology took over {self._timeout:.0f} s")
         except OSError as e:
             return _unavailable(f"could not start the graph loader: {e}", retry=True)
-        if done.returncode != 0:
-            lines = done.stderr.strip().splitlines()
-            reason = lines[-1] if lines else f"exit code {done.returncode}"
+        with self._guard:
+            self._child = child
+        try:
+            out, err = child.communicate(timeout=self._timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            return _unavailable(f"building the topology took over {self._timeout:.0f} s")
+        finally:
+            with self._guard:
+                self._child = None
+        if self._stopped:
+            return _unavailable("the web UI stopped", retry=True)
+        if child.returncode != 0:
+            lines = err.strip().splitlines()
+            reason = lines[-1] if lines else f"exit code {child.returncode}"
             return _unavailable(reason[:_REASON_CHARS])
         try:
-            components = json.loads(done.stdout)["components"]
+            components = json.loads(out)["components"]
         except (ValueError, KeyError, TypeError):
             return _unavailable("the graph loader printed no graph")
         return {"status": "ready", "components": components}
