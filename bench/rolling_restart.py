@@ -1,0 +1,424 @@
+"""Rolling restart: does a leader keep serving writes while every replica is restarted?
+
+Starts its own standalone ZooKeeper and three ``nimbus serve`` replicas (processes on
+loopback, a fresh ``--root``), submits one topology, then runs a writer that alternates
+``DeactivateTopology`` / ``ActivateTopology`` through ``NimbusClient`` (it follows
+redirects and retries ``UNAVAILABLE``; each call is one fenced write on the leader) and
+records when each write is acknowledged. Then, the way a StatefulSet rolling update does
+it, replicas are restarted in turn from the highest ordinal down: SIGTERM (the graceful
+hand-over), wait for the exit, start it again on the same port and code folder, wait
+until it is ready (health SERVING, it names the leader, every replica lists all three),
+then the next. ``--quick`` does one round (3 restarts), the full run five (15).
+
+The figure is the longest gap between two acknowledged writes while restarts run,
+against the longest gap of the same writer before any restart (the baseline). Run from
+the repo root: ``python bench/rolling_restart.py [--quick]``; the last line of stdout is
+one JSON object holding ``max_write_gap_s``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Python puts bench/ first on sys.path, where bench/leader.py would shadow the ``leader``
+# package: put the repo root in front (bench/ stays on the path for ``_common``).
+_REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_REPO))
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from types import FrameType  # noqa: E402
+from typing import Any  # noqa: E402
+
+import grpc  # noqa: E402
+from _common import (  # noqa: E402
+    free_port,
+    load_1min,
+    machine_facts,
+    pdeathsig_prefix,
+    percentile,
+    print_table,
+)
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+
+from code_sync.package import make_package  # noqa: E402
+from leader.client import NimbusClient  # noqa: E402
+from nimbus.api import pb, rpc  # noqa: E402
+from nimbus.factory import make_channel  # noqa: E402
+from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+
+REPLICAS = 3
+SESSION_TIMEOUT_S = 4.0
+QUICK_ROUNDS, FULL_ROUNDS = 1, 5
+QUICK_BASELINE_S, FULL_BASELINE_S = 3.0, 10.0
+SETTLE_S = 0.5  # after a replacement is ready, before the next SIGTERM
+TARGET_GAP_S = 1.0
+READY_TIMEOUT_S = 60.0
+EXIT_TIMEOUT_S = 30.0
+TOPOLOGY = "rolling"
+# The writer's client: a short per-call timeout and backoff, as an operator would
+# configure a client that must ride failovers.
+CLIENT = {"call_timeout": 2.0, "attempts": 200, "deadline": 60.0, "max_backoff": 0.1}
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+class BenchError(RuntimeError):
+    """The cluster did not do what the run needs (replica log tails attached)."""
+
+
+@dataclass
+class Replica:
+    port: int
+    workdir: Path
+    zookeeper: str
+    root: str
+    proc: subprocess.Popen[bytes] | None = None
+    channel: grpc.Channel | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [
+            *pdeathsig_prefix(), sys.executable, "-m", "nimbus.cli", "serve",
+            "--zookeeper", self.zookeeper, "--root", self.root, "--listen", self.address,
+            "--session-timeout", str(SESSION_TIMEOUT_S),
+            "--code-dir", str(self.workdir / f"code-{self.port}"),
+            "--replicas", str(REPLICAS), "--min-replicas", "2", "--sync-interval", "0.5",
+        ]  # fmt: skip
+        with (self.workdir / f"replica-{self.port}.log").open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+        if self.channel is not None:
+            self.channel.close()
+        self.channel = make_channel(self.address)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return -9
+
+    def stub(self) -> rpc.NimbusStub:
+        assert self.channel is not None
+        return rpc.NimbusStub(self.channel)
+
+    def serving(self) -> bool:
+        assert self.channel is not None
+        try:
+            reply = health_pb2_grpc.HealthStub(self.channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == _SERVING)
+
+    def leader(self) -> pb.GetLeaderAddressResponse | None:
+        try:
+            reply: pb.GetLeaderAddressResponse = self.stub().GetLeaderAddress(
+                pb.GetLeaderAddressRequest(), timeout=1.0
+            )
+        except grpc.RpcError:
+            return None
+        return reply
+
+    def listed(self) -> int:
+        try:
+            reply = self.stub().GetAllNimbusAddresses(
+                pb.GetAllNimbusAddressesRequest(), timeout=1.0
+            )
+        except grpc.RpcError:
+            return 0
+        return len(reply.nimbuses)
+
+    def log_tail(self, lines: int = 20) -> str:
+        path = self.workdir / f"replica-{self.port}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def wait_ready(replicas: list[Replica], timeout: float = READY_TIMEOUT_S) -> str:
+    """Until every replica serves, names the same leader and lists all; returns the leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(r.serving() for r in replicas):
+            named = {(x.replica_id, x.epoch) if x else None for x in (r.leader() for r in replicas)}
+            if (
+                len(named) == 1
+                and None not in named
+                and all(r.listed() == len(replicas) for r in replicas)
+            ):
+                ((leader, _),) = named  # type: ignore[misc]
+                return str(leader)
+        time.sleep(0.02)
+    tails = "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)
+    raise BenchError(f"replicas not ready within {timeout:.0f}s\n{tails}")
+
+
+@dataclass
+class Writer:
+    """Alternates deactivate/activate through the client; records each acknowledgement."""
+
+    seeds: list[str]
+    acks: list[float] = field(default_factory=list)  # monotonic time of each acknowledgement
+    latencies_ms: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    epochs: set[int] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(CLIENT["deadline"] + 5)
+
+    def _run(self) -> None:
+        methods = ("DeactivateTopology", "ActivateTopology")
+        with NimbusClient(self.seeds, **CLIENT) as client:  # type: ignore[arg-type]
+            i = 0
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    client.call_leader(methods[i % 2], pb.TopologyNameRequest(name=TOPOLOGY))
+                except Exception as e:  # counted and shown: a failed write is the finding
+                    self.failures.append(f"{type(e).__name__}: {e}")
+                    continue
+                done = time.monotonic()
+                self.acks.append(done)
+                self.latencies_ms.append((done - started) * 1000)
+                self.epochs.add(client.max_epoch_seen)
+                i += 1
+
+
+def max_gap(acks: list[float], start: float, end: float) -> float:
+    """The longest time without an acknowledgement within [start, end]."""
+    inside = [t for t in acks if start <= t <= end]
+    points = [start, *inside, end]
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+@dataclass
+class Step:
+    address: str
+    was_leader: bool
+    exit_code: int
+    exit_ms: float
+    ready_s: float
+    gap_ms: float
+    leader_after: str
+
+
+def submit_topology(seeds: list[str], workdir: Path) -> None:
+    """The word-count example: a real topology the leader validates (no supervisor runs it)."""
+    config = {"input": str(workdir / "input"), "output": str(workdir / "output")}
+    path = make_package(
+        {
+            "topology.py": (_REPO / "examples" / "wordcount" / "topology.py").read_bytes(),
+            "config.json": json.dumps(config).encode(),
+        },
+        workdir / "rolling.zip",
+    )
+    data = path.read_bytes()
+    header = pb.SubmitHeader(
+        name=TOPOLOGY, expected_digest=hashlib.sha256(data).hexdigest(), package_size=len(data)
+    )
+    with NimbusClient(seeds) as client:
+        client.submit(header, lambda: iter([data]))
+
+
+def rolling_restart(replicas: list[Replica], writer: Writer, rounds: int) -> list[Step]:
+    steps: list[Step] = []
+    for _ in range(rounds):
+        for replica in reversed(replicas):  # a StatefulSet updates the highest ordinal first
+            leader = wait_ready(replicas)
+            signalled = time.monotonic()
+            code = replica.stop(signal.SIGTERM)
+            exited = time.monotonic()
+            replica.start()
+            leader_after = wait_ready(replicas)
+            ready = time.monotonic()
+            time.sleep(SETTLE_S)  # the pace of the rollout, not a synchronisation
+            steps.append(
+                Step(
+                    address=replica.address,
+                    was_leader=leader == replica.address,
+                    exit_code=code,
+                    exit_ms=(exited - signalled) * 1000,
+                    ready_s=ready - exited,
+                    gap_ms=max_gap(writer.acks, signalled, time.monotonic()) * 1000,
+                    leader_after=leader_after,
+                )
+            )
+    return steps
+
+
+def run(*, quick: bool) -> dict[str, Any]:
+    began = time.monotonic()
+    load_start = load_1min()
+    rounds = QUICK_ROUNDS if quick else FULL_ROUNDS
+    baseline_s = QUICK_BASELINE_S if quick else FULL_BASELINE_S
+    workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-rolling-"))
+    ok = False
+    replicas: list[Replica] = []
+    try:
+        with ZooKeeperCluster(size=1) as zk:
+            version = "unknown"
+            for line in (srvr(zk.client_ports[0], timeout=5.0) or "").splitlines():
+                if line.startswith("Zookeeper version:"):
+                    version = line.partition(":")[2].split("-")[0].strip()
+            root = f"/bench-{uuid.uuid4().hex[:12]}"
+            replicas = [
+                Replica(free_port(), workdir, zk.connect_string, root) for _ in range(REPLICAS)
+            ]
+            try:
+                for replica in replicas:
+                    replica.start()
+                wait_ready(replicas)
+                seeds = [r.address for r in replicas]
+                submit_topology(seeds, workdir)
+                writer = Writer(seeds)
+                writer.start()
+                base_start = time.monotonic()
+                time.sleep(baseline_s)  # steady-state writes: the baseline being measured
+                base_end = time.monotonic()
+                steps = rolling_restart(replicas, writer, rounds)
+                roll_end = time.monotonic()
+                writer.stop()
+            finally:
+                for replica in replicas:
+                    if replica.proc is not None:
+                        replica.stop(signal.SIGTERM)
+        ok = True
+    finally:
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"bench/rolling_restart.py: replica logs kept in {workdir}", file=sys.stderr)
+    baseline_gap = max_gap(writer.acks, base_start, base_end)
+    rolling_gap = max_gap(writer.acks, base_end, roll_end)
+    in_roll = [t for t in writer.acks if base_end <= t <= roll_end]
+    return {
+        "benchmark": "rolling_restart",
+        "quick": quick,
+        "replicas": REPLICAS,
+        "rounds": rounds,
+        "restarts": len(steps),
+        "leader_restarts": sum(s.was_leader for s in steps),
+        "graceful_exits": sum(s.exit_code == 0 for s in steps),
+        "session_timeout_s": SESSION_TIMEOUT_S,
+        "zookeeper_version": version,
+        "max_write_gap_s": round(rolling_gap, 4),
+        "baseline_max_gap_s": round(baseline_gap, 4),
+        "gap_over_baseline": round(rolling_gap / baseline_gap, 2) if baseline_gap else None,
+        "target_gap_s": TARGET_GAP_S,
+        "under_target": rolling_gap < TARGET_GAP_S,
+        "leader_restart_gap_ms": [round(s.gap_ms, 1) for s in steps if s.was_leader],
+        "follower_restart_gap_ms": [round(s.gap_ms, 1) for s in steps if not s.was_leader],
+        "writes": len(writer.acks),
+        "writes_during_restarts": len(in_roll),
+        "writes_per_s_during_restarts": round(len(in_roll) / (roll_end - base_end), 1),
+        "failed_writes": len(writer.failures),
+        "failures": writer.failures[:5],
+        "write_p50_ms": round(percentile(writer.latencies_ms, 50), 2),
+        "write_p99_ms": round(percentile(writer.latencies_ms, 99), 2),
+        "write_max_ms": round(max(writer.latencies_ms), 2),
+        "epochs_seen": len(writer.epochs),
+        "steps": [
+            {k: round(v, 3) if isinstance(v, float) else v for k, v in vars(s).items()}
+            for s in steps
+        ],
+        "machine": machine_facts().as_dict(),
+        "load_1min_start": round(load_start, 2),
+        "load_1min_end": round(load_1min(), 2),
+        "wall_s": round(time.monotonic() - began, 1),
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    print(
+        f"rolling restart ({'quick' if result['quick'] else 'full'}): {result['replicas']} "
+        f"`nimbus serve` replicas, standalone ZooKeeper {result['zookeeper_version']}, session "
+        f"{result['session_timeout_s']:g} s; each replica SIGTERMed, restarted and ready in turn, "
+        f"{result['rounds']} round(s); a writer alternates deactivate/activate (one fenced "
+        "write each) through NimbusClient"
+    )
+    print()
+    rows = [
+        [
+            i + 1, s["address"], "leader" if s["was_leader"] else "follower", s["exit_code"],
+            round(s["exit_ms"], 1), round(s["ready_s"], 2), round(s["gap_ms"], 1),
+        ]
+        for i, s in enumerate(result["steps"])
+    ]  # fmt: skip
+    print_table(
+        ["#", "replica", "role", "exit", "exit ms", "ready s", "longest write gap ms"], rows
+    )
+    print()
+    print_table(
+        ["figure", "value"],
+        [
+            ["longest write gap during restarts (s)", result["max_write_gap_s"]],
+            ["longest write gap before restarts, baseline (s)", result["baseline_max_gap_s"]],
+            ["ratio to baseline", result["gap_over_baseline"]],
+            ["target (s)", result["target_gap_s"]],
+            ["writes acknowledged during restarts", result["writes_during_restarts"]],
+            ["writes/s during restarts", result["writes_per_s_during_restarts"]],
+            ["failed writes (client gave up)", result["failed_writes"]],
+            ["write latency p50 / p99 / max (ms)",
+             f"{result['write_p50_ms']} / {result['write_p99_ms']} / {result['write_max_ms']}"],
+            ["graceful exits (code 0)", f"{result['graceful_exits']} of {result['restarts']}"],
+            ["leader epochs seen by the writer", result["epochs_seen"]],
+        ],
+    )  # fmt: skip
+    print()
+    print(
+        f"machine: {machine_facts().line().removeprefix('machine: ')}\nload average (1 min) "
+        f"{result['load_1min_start']} at start, {result['load_1min_end']} at end; wall time "
+        f"{result['wall_s']} s"
+    )
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_ROUNDS} round of restarts instead of {FULL_ROUNDS} (about a minute)",
+    )
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    result = run(quick=args.quick)
+    show(result)
+    print(json.dumps(result, sort_keys=True), flush=True)
+    return 0 if result["under_target"] and not result["failed_writes"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
