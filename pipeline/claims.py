@@ -232,6 +232,7 @@ class SlotClaim:
             if state == KazooState.SUSPENDED:
                 if self._suspended_since is None:
                     self._suspended_since = self._clock()
+                    log.warning("%s: connection SUSPENDED: claim at risk", self.claim_path)
             elif state == KazooState.LOST:
                 self._lose("ZooKeeper session lost")
             else:

@@ -107,9 +107,9 @@ class SupervisorConfig:
     worker_stop_timeout: float = 45.0  # SIGTERM, then SIGKILL after this many seconds
     restart_backoff: float = 1.0  # first restart delay; doubles per crash, with jitter
     restart_backoff_max: float = 60.0
-    zk_auth: ZkAuth | None = None  # digest identity and ACL of every node it creates
     checkpoint_dir: str = ""  # workers' checkpoints: <dir>/<topology-id>; "" -> each worker's own
     suspended_fraction: float = 0.3  # a worker stops once SUSPENDED this part of the session
+    zk_auth: ZkAuth | None = None  # digest identity and ACL of every node it creates
 
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
@@ -479,7 +479,7 @@ class Supervisor:
                     self._workers[tid] = worker
             else:
                 worker = found
-            if worker.pid is None and now >= worker.next_start:
+            if worker.pid is None and now >= worker.next_start and self._connected():
                 self._start_worker(worker)
 
     def _adopt(self) -> None:
@@ -498,6 +498,10 @@ class Supervisor:
                 record.slot,
                 record.pid,
             )
+
+    def _connected(self) -> bool:
+        """Start workers only while connected: a cut-off supervisor's view may be stale."""
+        return bool(self.client.state == KazooState.CONNECTED)
 
     def _backoff(self, failures: int) -> float:
         """Exponential in the failures so far, bounded, with jitter (no restart stampede)."""
@@ -612,14 +616,16 @@ class Supervisor:
             return
         _kill_group(pid)
         code = proc.wait() if proc is not None else -1  # -1: an adopted worker's is unknown
-        adopt.forget(worker.folder)
         with self._workers_lock:
             worker.proc = None
             worker.adopted = None
             if worker.stop_sent_at is not None:
                 worker.status = "stopped"
                 log.info("worker of %s stopped (exit code %d)", worker.topology_id, code)
+                adopt.forget(worker.folder)
                 return
+        adopt.forget(worker.folder)
+        with self._workers_lock:
             ran = now - worker.started_at
             worker.failures = 1 if ran >= HEALTHY_RUN else worker.failures + 1
             self._restarts += 1

@@ -141,15 +141,29 @@ class Worker:
         self.set_status(status)
         self.beat()
 
+    def update_progress(self) -> None:
+        """Read Spark's progress reports; on the main thread, never the heartbeat's.
+
+        A py4j call waits for a busy driver JVM: a heartbeat blocked behind one went
+        stale and made the leader move a healthy worker's slot.
+        """
+        with self._lock:
+            topology_run = self._run
+        if topology_run is None:
+            return
+        try:
+            progress = _Progress(**vars(self._progress))
+            progress.last_batch = dict(progress.last_batch)
+            progress.update(topology_run)
+        except Exception as e:  # py4j or Spark trouble must not stop the worker
+            log.debug("no progress report: %s", e)
+            return
+        with self._lock:
+            self._progress = progress
+
     def beat(self) -> None:
         with self._lock:
-            status, topology_run = self._status, self._run
-        if topology_run is not None:
-            try:
-                self._progress.update(topology_run)
-            except Exception as e:  # py4j or Spark trouble must not stop the heartbeat
-                log.debug("no progress report: %s", e)
-        progress = self._progress
+            status, progress = self._status, self._progress
         beat = records.WorkerHeartbeat(
             topology_id=self.topology_id,
             supervisor_id=self.supervisor_id,
@@ -224,7 +238,11 @@ class Worker:
         """Keep the query until a stop is asked for, the claim ends, or the query fails."""
         code = EXIT_OK
         reason: str | None = None
+        next_progress = 0.0
         while not self.stop_requested.wait(0.1):
+            if time.monotonic() >= next_progress:
+                self.update_progress()
+                next_progress = time.monotonic() + self._interval
             reason = self.claim.stop_reason()
             if reason is not None:
                 code = EXIT_OK if self.claim.moved else EXIT_FENCED
@@ -237,6 +255,10 @@ class Worker:
                     break
                 log.error("%s: the query ended: %s", self.topology_id, failure)
                 return EXIT_FAILED
+        if reason is None:  # asked to stop: a claim already at risk still means fenced
+            reason = self.claim.stop_reason() or self.claim.publish_refusal()
+            if reason is not None and not self.claim.moved:
+                code = EXIT_FENCED
         fenced = code == EXIT_FENCED
         log.info(
             "%s: stopping the query%s",
@@ -247,9 +269,11 @@ class Worker:
         try:
             topology_run.stop(timeout=FENCED_STOP_TIMEOUT if fenced else STOP_TIMEOUT)
         except PipelineRunError as e:
-            if not fenced:
+            if reason is None:
                 raise
+            # The claim ended first: a batch refused by the sink's gate failed the query.
             log.info("%s: the query ended fenced off: %s", self.topology_id, e)
+        self.update_progress()
         log.info("%s: query stopped (claim epoch %d)", self.topology_id, epoch)
         return code
 
@@ -294,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=str(args.log_level).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)
