@@ -1,0 +1,202 @@
+"""The chaos soak: every fault of the issue, many trials each, and the report.
+
+For each fault a fresh 3-replica cluster runs on one 3-node ZooKeeper ensemble (started
+here) under the client workload of ``tests/chaos``; the nemesis injects the fault
+``--trials`` times, one at a time, and the checkers S1-S4 judge the history and the final
+state. Results are written after every fault, so an interrupted soak keeps what it
+measured:
+
+* ``bench/results/chaos.json``: per fault ``trials``, ``violations`` (S1-S4 counts),
+  ``unavailable_s`` (p50, p99, max of the gap from the last acknowledged write before the
+  fault to the first after it), ``after_heal_s``, ``leader_changes``, the target and how
+  many trials met it; plus ``session_timeout_s`` and the machine;
+* ``bench/results/chaos.md``: the same as a table;
+* ``bench/results/chaos-timeline.png``: leadership per replica, faults and client errors.
+
+Run from the repo root: ``python bench/chaos.py [--trials 20] [--faults a,b] [--quick]``
+(``--quick``: 2 trials of each fault). ``disk-full-follower`` mounts a small tmpfs per
+replica and needs root; without it that fault is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_REPO))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+from typing import Any  # noqa: E402
+
+from _common import machine_facts, percentile  # noqa: E402
+
+from nimbus.zkserver import ZooKeeperCluster  # noqa: E402
+from tests.chaos.availability import TARGETS, met, window  # noqa: E402
+from tests.chaos.nemesis import FAULTS  # noqa: E402
+from tests.chaos.runner import RunResult, run_fault  # noqa: E402
+
+RESULTS = _REPO / "bench" / "results"
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    return {
+        "p50": round(percentile(values, 50), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def figures(result: RunResult) -> dict[str, Any]:
+    """One fault's line of the report."""
+    kind = FAULTS[result.fault]
+    T = result.session_timeout
+    windows = [window(result.history, f) for f in result.faults]
+    gaps = [w.gap for w in windows if w.gap is not None]
+    heals = [w.after_heal for w in windows if w.after_heal is not None]
+    verdicts = [met(kind.target, w, T) for w in windows]
+    calls = result.history.calls
+    return {
+        "trials": len(result.faults),
+        "recovered": sum(f.recovered for f in result.faults),
+        "violations": {k: len(v) for k, v in result.violations.items()},
+        "violation_examples": {k: v[:5] for k, v in result.violations.items() if v},
+        "unavailable_s": _spread(gaps),
+        "unavailable_T": _spread([g / T for g in gaps]),
+        "after_heal_s": _spread(heals),
+        "leader_changes": sum(w.leader_changed for w in windows),
+        "target": f"{TARGETS[kind.target][0]} {TARGETS[kind.target][1]}",
+        "target_met": sum(v is True for v in verdicts),
+        "target_applies": sum(v is not None for v in verdicts),
+        "calls": {
+            "ok": sum(c.outcome == "ok" for c in calls),
+            "fail": sum(c.outcome == "fail" for c in calls),
+            "unknown": sum(c.outcome == "unknown" for c in calls),
+        },
+    }
+
+
+def write_markdown(report: dict[str, Any], path: Path) -> None:
+    T = report["session_timeout_s"]
+    lines = [
+        f"# Chaos soak (session timeout T = {T:g} s)",
+        "",
+        f"{report['machine']['cores']} cores, {report['machine']['cpu_model']}; "
+        f"{report['started']} to {report['finished']}. Unavailable: from the last "
+        "acknowledged write before the fault to the first after it; after heal: from the "
+        "fault's undoing to the first acknowledged write. Violations S1/S2/S3/S4.",
+        "",
+        "| fault | trials | recovered | S1/S2/S3/S4 | unavailable p50 / p99 / max (s) "
+        "| in T (p99) | after heal p50 / max (s) | leader changes | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, f in report["faults"].items():
+        if "skipped" in f:
+            lines.append(f"| {name} | 0 | - | - | - | - | - | - | {f['skipped']} | - |")
+            continue
+        v, u, h = f["violations"], f["unavailable_s"], f["after_heal_s"]
+        met_text = f"{f['target_met']}/{f['target_applies']}" if f["target_applies"] else "n/a"
+        lines.append(
+            f"| {name} | {f['trials']} | {f['recovered']} | "
+            f"{v['S1']}/{v['S2']}/{v['S3']}/{v['S4']} | {u['p50']} / {u['p99']} / {u['max']} | "
+            f"{f['unavailable_T']['p99']} | {h['p50']} / {h['max']} | {f['leader_changes']} | "
+            f"{f['target']} | {met_text} |"
+        )
+    notes = report.get("notes", [])
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def plot(results: list[RunResult], path: Path) -> None:
+    """Leadership per replica (a dot per sample while it says it leads, coloured by epoch),
+    fault windows shaded, acknowledged writes and client errors on the bottom row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(14, 1.9 * len(results)), squeeze=False)
+    for ax, result in zip(axes[:, 0], results, strict=True):
+        h = result.history
+        for f in result.faults:
+            ax.axvspan(f.start, f.healed if f.healed > f.start else f.start + 0.05,
+                       color="orange", alpha=0.35, lw=0)  # fmt: skip
+        if h.leadership:
+            ts, rs, es = zip(*h.leadership, strict=True)
+            ax.scatter(ts, rs, c=es, cmap="tab10", s=4, marker="s")
+        ok = [c.end for c in h.calls if c.outcome == "ok" and c.kind != "leader"]
+        bad = [c.end for c in h.calls if c.outcome != "ok"]
+        ax.scatter(ok, [-1] * len(ok), s=3, color="green", marker="|")
+        ax.scatter(bad, [-1.4] * len(bad), s=8, color="red", marker="x")
+        ax.set_yticks([-1.2, 0, 1, 2], ["calls", "r0", "r1", "r2"])
+        ax.set_ylim(-1.8, 2.6)
+        ax.set_title(result.fault, fontsize=9, loc="left")
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xlabel("seconds since the cluster started")
+    fig.suptitle(
+        "Leadership (dots, colour = epoch), faults (orange), acknowledged writes (green) and "
+        "failed or unknown calls (red)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--quick", action="store_true", help="2 trials of each fault")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--note", action="append", default=[], help="a line for the report")
+    args = parser.parse_args()
+    trials = 2 if args.quick else args.trials
+    names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "session_timeout_s": args.session_timeout,
+        "trials_per_fault": trials,
+        "machine": asdict(machine_facts()),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "finished": "",
+        "faults": {},
+        "notes": list(args.note),
+    }
+    results: list[RunResult] = []
+    with ZooKeeperCluster(size=3) as zk, tempfile.TemporaryDirectory(prefix="chaos-") as work:
+        for name in names:
+            if FAULTS[name].needs_root and os.geteuid() != 0:
+                report["faults"][name] = {"skipped": "needs root (tmpfs code dirs)"}
+                continue
+            began = time.monotonic()
+            print(f"{name}: {trials} trials ...", flush=True)
+            result = run_fault(
+                zk, Path(work) / name.replace("/", "_"), name, trials,
+                session_timeout=args.session_timeout,
+            )  # fmt: skip
+            results.append(result)
+            line = figures(result)
+            line["wall_s"] = round(time.monotonic() - began, 1)
+            report["faults"][name] = line
+            report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            print(json.dumps({name: line}), flush=True)
+            (args.out / "chaos.json").write_text(json.dumps(report, indent=2) + "\n")
+            write_markdown(report, args.out / "chaos.md")
+            plot(results, args.out / "chaos-timeline.png")
+            zk.heal()
+    print(json.dumps({n: f.get("violations") for n, f in report["faults"].items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Chaos suite: a real cluster under a client workload, one fault at a time, then checkers."""

@@ -1,0 +1,99 @@
+"""What a chaos run records: every client call, every fault, on one monotonic clock.
+
+Times are seconds since the history's ``t0``. Checkers read only this record and the
+final ZooKeeper state, never the live processes, so a history can be saved and checked
+again, and a violation can be planted in it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Outcome = Literal["ok", "fail", "unknown"]
+WRITES = ("submit", "kill")
+
+
+@dataclass
+class Call:
+    """One client call. ``fail`` means refused for sure; ``unknown`` may have landed."""
+
+    worker: int
+    kind: str  # submit, kill, leader
+    name: str
+    request_id: str
+    start: float
+    end: float = 0.0
+    outcome: Outcome = "unknown"
+    code: str = ""
+    topology_id: str = ""
+    digest: str = ""
+    reply_epoch: int = 0
+    epoch_seen: int = 0  # the client's highest epoch after the call
+    detail: str = ""
+
+
+@dataclass
+class Fault:
+    """One injected fault: ``start`` when injected, ``healed`` when undone."""
+
+    name: str
+    trial: int
+    start: float
+    healed: float = 0.0
+    target: str = ""
+    epoch_before: int = 0
+    epoch_after: int = 0
+    recovered: bool = False
+    note: str = ""
+
+
+@dataclass
+class History:
+    t0: float = field(default_factory=time.monotonic)
+    calls: list[Call] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    leadership: list[tuple[float, int, int]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def add(self, call: Call) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def add_fault(self, fault: Fault) -> None:
+        with self._lock:
+            self.faults.append(fault)
+
+    def snapshot(self) -> list[Call]:
+        with self._lock:
+            return list(self.calls)
+
+    def ok_writes(self) -> list[Call]:
+        return [c for c in self.snapshot() if c.kind in WRITES and c.outcome == "ok"]
+
+    def to_json(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": [asdict(c) for c in self.calls],
+                "faults": [asdict(f) for f in self.faults],
+                "leadership": self.leadership,
+            }
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json()))
+
+    @classmethod
+    def load(cls, path: Path) -> History:
+        data = json.loads(path.read_text())
+        history = cls(t0=0.0)
+        history.calls = [Call(**c) for c in data["calls"]]
+        history.faults = [Fault(**f) for f in data["faults"]]
+        history.leadership = [tuple(s) for s in data["leadership"]]
+        return history

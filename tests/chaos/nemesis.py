@@ -1,0 +1,277 @@
+"""The nemesis: one fault at a time, held for a set time, then undone.
+
+Each fault is a function that injects and heals, stamping ``Fault.start`` (injected)
+and ``Fault.healed`` (undone: the signal sent, the link forwarding, the ZooKeeper node
+serving again). Holding a fault for its duration is the fault itself, not a wait for
+something to happen; everything else here waits on observed state with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.chaos.harness import ChaosCluster, LeaderView
+from tests.chaos.history import Fault, History
+from tests.waiting import wait_until
+
+Inject = Callable[["Nemesis", Fault, LeaderView], None]
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    run: Inject
+    target: str  # which acceptance figure applies: see ``availability.TARGETS``
+    needs_root: bool = False
+
+
+class Nemesis:
+    def __init__(self, cluster: ChaosCluster, history: History) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.T = cluster.session_timeout
+
+    def hold(self, seconds: float) -> None:
+        """Keep the fault in place: this *is* the fault, not synchronisation."""
+        time.sleep(seconds)
+
+    def trial(self, kind: FaultKind, trial: int, recover_timeout: float = 60.0) -> Fault:
+        """Inject ``kind`` once on a healthy cluster, undo it, wait for recovery."""
+        before = self.cluster.wait_healthy(recover_timeout)
+        self._wait_writes_after(self.history.now(), 2, recover_timeout)
+        fault = Fault(kind.name, trial, start=0.0, epoch_before=before.epoch)
+        try:
+            kind.run(self, fault, before)
+        finally:
+            if not fault.healed:
+                fault.healed = self.history.now()
+            self.history.add_fault(fault)
+        try:
+            after = self.cluster.wait_healthy(recover_timeout)
+            self._wait_writes_after(fault.healed, 1, recover_timeout)
+        except AssertionError as e:
+            fault.note = str(e)[:2000]
+            self.cluster.heal_all()
+            return fault
+        fault.epoch_after = after.epoch
+        fault.recovered = True
+        return fault
+
+    def _wait_writes_after(self, t: float, count: int, timeout: float) -> None:
+        def done() -> bool:
+            return sum(1 for c in self.history.ok_writes() if c.end > t) >= count
+
+        wait_until(done, timeout=timeout, interval=0.05, message=f"{count} ok write(s)")
+
+    def mark(self, fault: Fault) -> None:
+        fault.start = self.history.now()
+
+    def healed(self, fault: Fault) -> None:
+        fault.healed = self.history.now()
+
+
+# -- faults on the leader process --------------------------------------------------------
+
+
+def sigkill_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """Crash the leader (the next trial chases the new one); restart it as a follower."""
+    f.target = f"replica {leader.index}"
+    n.mark(f)
+    n.cluster.kill(leader.index, signal.SIGKILL)
+    n.healed(f)
+    n.cluster.restart(leader.index)
+
+
+def sigterm_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    f.target = f"replica {leader.index}"
+    n.mark(f)
+    n.cluster.kill(leader.index, signal.SIGTERM)
+    n.healed(f)
+    n.cluster.restart(leader.index)
+
+
+def _pause(factor: float) -> Inject:
+    def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+        f.target = f"replica {leader.index}"
+        n.mark(f)
+        n.cluster.pause(leader.index)
+        try:
+            n.hold(factor * n.T)
+        finally:
+            n.cluster.resume(leader.index)
+            n.healed(f)
+
+    return run
+
+
+# -- faults on links ---------------------------------------------------------------------
+
+
+def _cut_zookeeper(direction: str, factor: float) -> Inject:
+    def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+        f.target = f"replica {leader.index} {direction}"
+        n.mark(f)
+        n.cluster.cut_zookeeper(leader.index, direction)
+        try:
+            n.hold(factor * n.T)
+        finally:
+            n.cluster.heal_zookeeper(leader.index)
+            n.healed(f)
+
+    return run
+
+
+def cut_clients(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """The leader keeps ZooKeeper but nobody reaches its gRPC port: down by nature."""
+    f.target = f"replica {leader.index}"
+    n.mark(f)
+    n.cluster.cut_front(leader.index)
+    try:
+        n.hold(2 * n.T)
+    finally:
+        n.cluster.heal_front(leader.index)
+        n.healed(f)
+
+
+# -- faults on ZooKeeper ---------------------------------------------------------------
+
+
+def _zk_leader(n: Nemesis) -> int:
+    def leader() -> tuple[int] | None:
+        index = n.cluster.zk.leader_index()
+        return None if index is None else (index,)  # a tuple: node 0 must count as found
+
+    found = wait_until(leader, timeout=30, message="a ZooKeeper leader")
+    assert found is not None
+    return found[0]
+
+
+def _zk_kill(role: str) -> Inject:
+    def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+        zk = n.cluster.zk
+        zk_leader = _zk_leader(n)
+        if role == "leader":
+            victim = zk_leader
+        else:
+            connected = n.cluster.zk_node_of(leader.index)
+            followers = [i for i in range(zk.size) if i != zk_leader]
+            victim = connected if connected in followers else followers[0]
+        f.target = f"zk node {victim} ({role})"
+        n.mark(f)
+        zk.kill(victim)
+        try:
+            n.hold(2 * n.T)
+        finally:
+            zk.restart(victim)
+            n.healed(f)
+
+    return run
+
+
+def _quorum_loss(factor: float) -> Inject:
+    def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+        zk = n.cluster.zk
+        zk_leader = _zk_leader(n)
+        victims = [zk_leader, next(i for i in range(zk.size) if i != zk_leader)]
+        f.target = f"zk nodes {victims}"
+        n.mark(f)
+        for v in victims:
+            zk.kill(v)
+        try:
+            n.hold(factor * n.T)
+        finally:
+            threads = [threading.Thread(target=zk.restart, args=(v,)) for v in victims]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            n.healed(f)
+
+    return run
+
+
+# -- faults on disks -------------------------------------------------------------------
+
+
+def _next_in_line(n: Nemesis, leader: LeaderView) -> int:
+    """The follower whose lock node is first after the leader's: the next to win."""
+    admin = n.cluster.admin()
+    queue = sorted(admin.get_children("/storm/leader-lock"), key=lambda c: c[-10:])
+    for child in queue:
+        owner = admin.get(f"/storm/leader-lock/{child}")[0].decode()
+        index = n.cluster.index_of(owner)
+        if index is not None and index != leader.index:
+            return index
+    return next(i for i in range(len(n.cluster.nodes)) if i != leader.index)
+
+
+def truncate_then_kill(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """Damage a package on the next leader-to-be, then crash the leader: its gate must see."""
+    follower = _next_in_line(n, leader)
+    code_dir = n.cluster.nodes[follower].code_dir
+    packages = sorted(p for p in code_dir.iterdir() if len(p.name) == 64 and p.is_file())
+    if packages:
+        victim = packages[len(packages) // 2]
+        os.chmod(victim, 0o644)
+        with victim.open("r+b") as file:
+            file.truncate(max(1, victim.stat().st_size // 2))
+        f.note = f"truncated {victim.name[:12]} on replica {follower}"
+    f.target = f"replica {leader.index} (truncated on {follower})"
+    n.mark(f)
+    n.cluster.kill(leader.index, signal.SIGKILL)
+    n.healed(f)
+    n.cluster.restart(leader.index)
+
+
+def disk_full(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """Fill a follower's code filesystem while submissions make it download, then free it."""
+    follower = _next_in_line(n, leader)
+    node = n.cluster.nodes[follower]
+    if node.tmpfs is None:
+        raise RuntimeError("disk-full needs code dirs on tmpfs (ChaosCluster(tmpfs_code_dirs))")
+    filler = node.tmpfs / ".filler"
+    f.target = f"replica {follower}"
+    n.mark(f)
+    _fill(filler)
+    try:
+        n.hold(2 * n.T)
+    finally:
+        filler.unlink(missing_ok=True)
+        n.healed(f)
+
+
+def _fill(path: Path) -> None:
+    block = b"\0" * (1 << 20)
+    with path.open("wb", buffering=0) as out:
+        for size in (len(block), 4096):  # whole megabytes, then the last partial one
+            with contextlib.suppress(OSError):
+                while True:
+                    out.write(block[:size])
+
+
+FAULTS: dict[str, FaultKind] = {
+    k.name: k
+    for k in (
+        FaultKind("sigkill-leader", sigkill_leader, "T+2"),
+        FaultKind("sigterm-leader", sigterm_leader, "1"),
+        FaultKind("pause-leader-2T", _pause(2.0), "T+2"),
+        FaultKind("pause-leader-T/2", _pause(0.5), "same-leader"),
+        FaultKind("zk-cut-leader-both", _cut_zookeeper("both", 3.0), "T+2"),
+        FaultKind("zk-cut-zk-to-leader", _cut_zookeeper("downstream", 3.0), "2T+2"),
+        FaultKind("zk-cut-leader-to-zk", _cut_zookeeper("upstream", 3.0), "2T+2"),
+        FaultKind("clients-cut-leader", cut_clients, "heal+2"),
+        FaultKind("zk-kill-follower", _zk_kill("follower"), "same-leader"),
+        FaultKind("zk-kill-leader", _zk_kill("leader"), "same-leader"),
+        FaultKind("zk-quorum-loss-T/2", _quorum_loss(0.5), "heal+2"),
+        FaultKind("zk-quorum-loss-3T", _quorum_loss(3.0), "heal+2"),
+        FaultKind("truncate-then-kill", truncate_then_kill, "T+2"),
+        FaultKind("disk-full-follower", disk_full, "none", needs_root=True),
+    )
+}

@@ -1,0 +1,228 @@
+"""The client workload: submit and kill small topologies at a fixed rate, record every call.
+
+A dispatcher starts one call every ``1/rate`` seconds, whatever the calls before it are
+doing, so an outage shows as a gap in successes rather than as fewer attempts. Calls run
+on a fixed set of worker threads, each owning one ``NimbusClient`` (S4 follows one
+client's epochs in order); when every worker is busy riding out an outage, the slot is
+skipped. The mix is submit, kill, submit, ask the leader: every other acknowledged
+submit is killed, so half the topologies stay active for S3, and cheap kills come often
+enough to time an outage even while submits wait for their package check. A new package
+(digest) comes every few submits: each new digest costs the leader a validation run.
+Every call carries its own request id so the checkers can find the record it made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from code_sync.package import make_package
+from leader.client import NimbusCallError, NimbusClient, NoLeaderError
+from nimbus.api import pb
+from tests.chaos.history import Call, History
+
+# Refusals after which nothing was written; anything else may have landed.
+DEFINITE = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+KILL_WAIT_S = 24 * 3600  # killed topologies stay as KILLED records: evidence for S1 and S2
+MIX = ("submit", "kill", "submit", "leader")
+# The smallest topology the leader's package check accepts (a rate spout to the console).
+TOPOLOGY_PY = b"""from pipeline.api import ConsoleSink, RateSpout, TopologyBuilder
+
+
+def build():
+    builder = TopologyBuilder()
+    builder.set_spout("ticks", RateSpout(1))
+    builder.set_bolt("print", ConsoleSink()).shuffle_grouping("ticks")
+    return builder.build()
+"""
+
+Op = tuple[str, str]  # kind, topology name
+
+
+class Workload:
+    def __init__(
+        self,
+        seeds: list[str],
+        history: History,
+        workdir: Path,
+        *,
+        workers: int = 6,
+        rate: float = 8.0,
+        op_deadline: float = 10.0,
+        submit_timeout: float = 4.0,
+        package_every: int = 16,
+    ) -> None:
+        self._seeds = seeds
+        self._history = history
+        self._dir = workdir / "packages"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._period = 1.0 / rate
+        self._deadline = op_deadline
+        self._submit_timeout = submit_timeout
+        self._package_every = package_every
+        self._run_id = uuid.uuid4().hex[:6]
+        self._stop = threading.Event()
+        self._ops: queue.Queue[Op | None] = queue.Queue()
+        self._idle = threading.Semaphore(workers)
+        self._to_kill: deque[str] = deque()
+        self._guard = threading.Lock()
+        self._submitted = 0
+        self._submitted_ok = 0
+        self._package = self._new_package()
+        self.skipped = 0
+        self._threads = [
+            threading.Thread(target=self._work, args=(w,), name=f"workload-{w}", daemon=True)
+            for w in range(workers)
+        ]
+        self._dispatcher = threading.Thread(target=self._dispatch, name="workload", daemon=True)
+
+    def start(self) -> Workload:
+        for t in self._threads:
+            t.start()
+        self._dispatcher.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dispatcher.join()
+        for _ in self._threads:
+            self._ops.put(None)
+        for t in self._threads:
+            t.join(timeout=self._deadline + 10)
+
+    # -- scheduling ---------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        next_at = self._history.now()
+        n = 0
+        while not self._stop.wait(max(0.0, next_at - self._history.now())):
+            kind = MIX[n % len(MIX)]
+            n += 1
+            next_at = max(next_at + self._period, self._history.now())
+            if not self._idle.acquire(blocking=False):
+                self.skipped += 1
+                continue
+            self._ops.put(self._op(kind, n))
+
+    def _op(self, kind: str, n: int) -> Op:
+        if kind == "kill":
+            with self._guard:
+                if self._to_kill:
+                    return ("kill", self._to_kill.popleft())
+            kind = "submit"  # nothing acknowledged to kill yet
+        if kind == "submit":
+            return ("submit", f"t-{self._run_id}-{n}")
+        return ("leader", "")
+
+    def _work(self, worker: int) -> None:
+        client = NimbusClient(
+            self._seeds,
+            call_timeout=1.0,
+            attempts=100_000,
+            deadline=self._deadline,
+            max_backoff=0.25,
+        )
+        try:
+            while (op := self._ops.get()) is not None:
+                kind, name = op
+                try:
+                    if kind == "submit":
+                        self._submit(client, worker, name)
+                    elif kind == "kill":
+                        self._kill(client, worker, name)
+                    else:
+                        self._leader(client, worker)
+                finally:
+                    self._idle.release()
+        finally:
+            client.close()
+
+    # -- calls --------------------------------------------------------------------------
+
+    def _new_package(self) -> tuple[bytes, str]:
+        path = make_package(
+            {"topology.py": TOPOLOGY_PY, "data.bin": os.urandom(512)},
+            self._dir / f"{uuid.uuid4().hex}.zip",
+        )
+        data = path.read_bytes()
+        path.unlink()
+        return data, hashlib.sha256(data).hexdigest()
+
+    def _next_package(self) -> tuple[bytes, str]:
+        with self._guard:
+            self._submitted += 1
+            if self._submitted % self._package_every == 0:
+                self._package = self._new_package()
+            return self._package
+
+    def _submit(self, client: NimbusClient, worker: int, name: str) -> None:
+        data, digest = self._next_package()
+        call = Call(worker, "submit", name, uuid.uuid4().hex, self._history.now(), digest=digest)
+        header = pb.SubmitHeader(
+            name=name,
+            expected_digest=digest,
+            package_size=len(data),
+            client_request_id=call.request_id,
+        )
+
+        def run() -> None:
+            reply = client.submit(header, lambda: iter([data]), timeout=self._submit_timeout)
+            call.topology_id, call.reply_epoch = reply.topology_id, int(reply.epoch)
+
+        self._record(client, call, run)
+        if call.outcome == "ok":
+            with self._guard:
+                self._submitted_ok += 1
+                if self._submitted_ok % 2:
+                    self._to_kill.append(name)
+
+    def _kill(self, client: NimbusClient, worker: int, name: str) -> None:
+        call = Call(worker, "kill", name, uuid.uuid4().hex, self._history.now())
+        request = pb.KillTopologyRequest(
+            name=name, wait_s=KILL_WAIT_S, client_request_id=call.request_id
+        )
+
+        def run() -> None:
+            reply = client.call_leader("KillTopology", request)
+            call.topology_id, call.reply_epoch = reply.topology_id, int(reply.epoch)
+
+        self._record(client, call, run)
+
+    def _leader(self, client: NimbusClient, worker: int) -> None:
+        call = Call(worker, "leader", "", "", self._history.now())
+
+        def run() -> None:
+            call.reply_epoch = int(client.leader().epoch)
+
+        self._record(client, call, run)
+
+    def _record(self, client: NimbusClient, call: Call, run: Callable[[], None]) -> None:
+        try:
+            run()
+            call.outcome = "ok"
+        except NimbusCallError as e:
+            call.code = e.code.name
+            call.outcome = "fail" if e.code in DEFINITE else "unknown"
+            call.detail = str(e)[:200]
+        except NoLeaderError as e:
+            call.code, call.detail = "NO_LEADER", str(e)[:200]
+        except Exception as e:  # anything else is unknown, and recorded, not raised
+            call.code, call.detail = type(e).__name__, str(e)[:200]
+        call.end = self._history.now()
+        call.epoch_seen = client.max_epoch_seen
+        self._history.add(call)
