@@ -41,22 +41,38 @@ class Holders:
     replicas: tuple[str, ...]
 
 
-def read_holders(client: KazooClient, paths: Paths) -> dict[str, Holders]:
+def live_replicas(client: KazooClient, paths: Paths) -> frozenset[str]:
+    """Replicas with a live session (``/nimbuses``): holder nodes are persistent, so a
+    replica that is down still has them; only live ones can serve a download."""
+    try:
+        return frozenset(client.get_children(paths.nimbuses))
+    except NoNodeError:
+        return frozenset()
+
+
+def read_holders(
+    client: KazooClient, paths: Paths, live: frozenset[str] | None = None
+) -> dict[str, Holders]:
     try:
         ids = client.get_children(paths.code_distributor)
     except NoNodeError:
         return {}
     result: dict[str, Holders] = {}
     for topology_id in ids:
-        result[topology_id] = read_holders_of(client, paths, topology_id)
+        result[topology_id] = read_holders_of(client, paths, topology_id, live)
     return result
 
 
-def read_holders_of(client: KazooClient, paths: Paths, topology_id: str) -> Holders:
+def read_holders_of(
+    client: KazooClient, paths: Paths, topology_id: str, live: frozenset[str] | None = None
+) -> Holders:
+    """``live`` (from ``live_replicas``) keeps only replicas that are up; None keeps all."""
     try:
         replicas = sorted(client.get_children(paths.code_holders(topology_id)))
     except NoNodeError:
         return Holders("", ())
+    if live is not None:
+        replicas = [r for r in replicas if r in live]
     digest = ""
     for replica in replicas:
         try:

@@ -3,7 +3,8 @@
 Watches ``/storms`` and ``/code-distributor``; each pass reads both afresh and, for each
 topology whose package this replica lacks, downloads it from a replica registered as a
 holder (the next holder on failure; tenacity backs off with jitter between rounds),
-verifies the digest, stores it and registers ``/code-distributor/<id>/<self>``. Packages
+verifies the digest, stores it and registers ``/code-distributor/<id>/<self>`` (a
+persistent node: see ``Membership.hold``; readers count only live replicas). Packages
 no topology references any more are removed after a grace period longer than the
 replication wait, so a submission still waiting for replicas never loses its code.
 
@@ -27,7 +28,7 @@ from tenacity import RetryError, Retrying, stop_after_attempt, wait_random_expon
 
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.peer import fetch_from_peer
-from code_sync.state import Holders, read_holders_of
+from code_sync.state import Holders, live_replicas, read_holders_of
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership
 from leader.paths import Paths
@@ -72,8 +73,10 @@ class CodeSyncer:
         self._id = replica_id
         self.store = store
         self.storms = storms
-        self._registered: set[str] = set()  # topology ids registered on _registered_session
-        self._registered_session: int | None = None
+        # Topology ids whose own holder node is known to exist (persistent nodes: this
+        # survives sessions), and ids known to be held here with their digest.
+        self._registered: set[str] = set()
+        self._held_ids: dict[str, str] = {}
         self._membership = Membership(client, replica_id, timeout=10.0)
         self._interval = interval
         self._gc_grace = gc_grace
@@ -116,28 +119,52 @@ class CodeSyncer:
     # -- the gate ---------------------------------------------------------------------------
 
     def missing(self) -> list[str]:
-        """Topologies that block leadership: in ``/storms`` (read now), code not held here.
+        """Topologies that block leadership: in ``/storms`` (now), code not held here.
 
         A topology whose code no live replica has held for longer than ``code_wait`` does
         not block (Storm's STORM-3664: a cluster must always be able to elect); the
         leader then marks it CODE_MISSING.
+
+        "Now" costs one stat of ``/storms`` when the watch-fed cache is current (same
+        child version, every record read): taking office must not list 10,000 topologies.
+        Only ids not yet known to be held here are examined one by one.
         """
+        names, cversion, complete = self.storms.snapshot()
+        stat = self._client.exists(self._paths.storms)
+        if stat is None:
+            return []
+        ids = names
+        if not complete or int(stat.cversion) != cversion:
+            ids = frozenset(self._client.get_children(self._paths.storms))
+        held_ids = self._held_ids
+        # One stat per distinct package (``store.has`` re-hashes only a changed file): a
+        # copy damaged since the last pass must block here, not after we lead.
+        damaged = {d for d in set(held_ids.values()) if not self.store.has(d)}
+        if damaged:
+            for tid, d in list(held_ids.items()):
+                if d in damaged:
+                    del held_ids[tid]
+        unknown = ids.difference(held_ids)
+        if not unknown:
+            return []
         blocking: list[str] = []
         now = self._clock()
         held: dict[str, bool] = {}  # many topologies may share one package: check it once
-        cached = self.storms.items()  # one snapshot: a lookup per id, no lock per id
-        for topology_id in self._client.get_children(self._paths.storms):
-            base = cached.get(topology_id)
-            digest = base.digest if base is not None else self._digest_of(topology_id)
+        live: frozenset[str] | None = None
+        for topology_id in unknown:
+            digest = self._digest_of(topology_id)
             if digest is None:
                 continue  # removed while we looked
             if digest and digest not in held:
                 held[digest] = self.store.has(digest)
             if digest and held[digest]:
+                held_ids[topology_id] = digest
                 self._holderless_since.pop(topology_id, None)
                 continue
+            if live is None:
+                live = live_replicas(self._client, self._paths)
             holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
-            if holders:
+            if any(r in live for r in holders):
                 self._holderless_since.pop(topology_id, None)
                 blocking.append(topology_id)
                 continue
@@ -179,23 +206,26 @@ class CodeSyncer:
         storms = self.storms.items()
         wanted: dict[str, str] = {tid: base.digest for tid, base in storms.items() if base.digest}
         in_flight = set(self._client.get_children(self._paths.code_distributor)) - set(storms)
-        holders = {tid: read_holders_of(self._client, self._paths, tid) for tid in in_flight}
+        live = live_replicas(self._client, self._paths)
+        holders = {tid: read_holders_of(self._client, self._paths, tid, live) for tid in in_flight}
         for tid, h in holders.items():
             if h.digest:
                 wanted[tid] = h.digest  # a submission still gathering replicas
-        session = self._session_id()
-        if session != self._registered_session:
-            self._registered, self._registered_session = set(), session
         present: dict[str, bool] = {}
+        for digest in set(wanted.values()):
+            present[digest] = self.store.has(digest)
+        self._held_ids = {tid: d for tid, d in wanted.items() if present[d] and tid in storms}
+        self._verify_registrations(wanted, present)
         for topology_id, digest in sorted(wanted.items()):
             if self._stop.is_set():
                 break
-            if digest not in present:
-                present[digest] = self.store.has(digest)
             if not present[digest]:
-                self._registered.discard(topology_id)
+                if topology_id in self._registered:
+                    # Our persistent node says we hold code we no longer have (a wiped
+                    # or damaged store): withdraw it before anyone fetches from us.
+                    self._release(topology_id)
                 held = holders.get(topology_id) or read_holders_of(
-                    self._client, self._paths, topology_id
+                    self._client, self._paths, topology_id, live
                 )
                 peers = [r for r in held.replicas if r != self._id]
                 error = self._download(topology_id, digest, peers)
@@ -206,15 +236,18 @@ class CodeSyncer:
                     continue
                 report.downloaded.append(topology_id)
                 present[digest] = True
+                if topology_id in storms:
+                    self._held_ids[topology_id] = digest
             if topology_id not in self._registered:
                 try:
-                    self._membership.register(
+                    self._membership.hold(
                         self._paths.code_holder(topology_id, self._id), digest.encode()
                     )
                     self._registered.add(topology_id)
                     report.registered.append(topology_id)
                 except (FencingError, KazooException) as e:
                     report.failed[topology_id] = f"could not register: {e}"
+        self._registered.intersection_update(set(wanted) | set(holders))
         self._collect(storms.keys(), holders, set(wanted.values()), report)
         lag = len(report.missing)
         if lag != self._lag or report.downloaded or report.registered:
@@ -223,9 +256,33 @@ class CodeSyncer:
                 self._on_change()
         return report
 
-    def _session_id(self) -> int | None:
-        client_id = self._client.client_id
-        return int(client_id[0]) if client_id else None
+    def _verify_registrations(self, wanted: dict[str, str], present: dict[str, bool]) -> None:
+        """Learn which of our persistent holder nodes exist, pipelined, for ids not yet known.
+
+        After a restart this is 10,000 reads in flight at once (about a second), not
+        10,000 sequential writes; a node that exists is ours from an earlier run.
+        """
+        unknown = [tid for tid in wanted if tid not in self._registered]
+        if not unknown:
+            return
+        pending = [
+            (tid, self._client.exists_async(self._paths.code_holder(tid, self._id)))
+            for tid in unknown
+        ]
+        for tid, result in pending:
+            try:
+                stat = result.get(timeout=30)
+            except KazooException:
+                continue  # unknown: the pass writes it, which is idempotent
+            if stat is not None:
+                self._registered.add(tid)
+
+    def _release(self, topology_id: str) -> None:
+        try:
+            self._membership.release(self._paths.code_holder(topology_id, self._id))
+            self._registered.discard(topology_id)
+        except (FencingError, KazooException) as e:
+            log.info("could not drop code-distributor node of %s: %s", topology_id, e)
 
     def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
         """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
@@ -285,11 +342,7 @@ class CodeSyncer:
                 continue
             since = self._orphan_since.setdefault(topology_id, now)
             if now - since >= self._gc_grace:
-                try:
-                    self._membership.unregister(self._paths.code_holder(topology_id, self._id))
-                    self._registered.discard(topology_id)
-                except (FencingError, KazooException) as e:
-                    log.info("could not drop code-distributor node of %s: %s", topology_id, e)
+                self._release(topology_id)
                 self._orphan_since.pop(topology_id, None)
 
     # -- internals -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A process's writes to its own nodes: membership, heartbeats and structural folders.
 
 Not cluster state, so not behind the leader's lock node: every replica (leader or not)
-registers itself under ``/nimbuses`` and ``/code-distributor``, and supervisors and
+registers itself under ``/nimbuses`` (ephemeral) and ``/code-distributor`` (persistent,
+see ``Membership.hold``), and supervisors and
 workers under their own paths. The API only touches paths whose last component is the
 caller's own id (ephemeral membership) or ``<id>-<suffix>`` (persistent per-slot nodes such
 as worker heartbeats), so it cannot be used to write someone else's state.
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from fencing import txn
 from fencing.errors import MembershipError, WriteConflictError
@@ -96,7 +98,52 @@ class Membership:
             return False
         return True
 
-    # -- persistent own nodes (e.g. worker heartbeats) ---------------------------------
+    # -- persistent own nodes ------------------------------------------------------------
+
+    def hold(self, path: str, data: bytes) -> None:
+        """Create or overwrite the caller's own *persistent* node named exactly ``owner``.
+
+        For statements about the caller's disk (``/code-distributor/<id>/<owner>``: "I
+        hold this package"): they stay true across sessions, so a session owns no node per
+        topology, and closing or expiring it costs ZooKeeper nothing at 10,000 topologies
+        (ephemeral holder nodes made the old leader's session close a 10,000-delete
+        transaction that the new leader's first writes queued behind). Readers filter
+        holders by live ``/nimbuses`` membership.
+        """
+        self._require_own(path)
+        parent = path.rsplit("/", 1)[0]
+        for _ in range(8):
+            try:
+                data_now, stat = self._client.get(path)
+            except NoNodeError:
+                try:
+                    self._commit([Create(path, data)])
+                    return
+                except WriteConflictError as e:
+                    if e.reason == "no-node" and parent:
+                        self._client.ensure_path(parent)
+                    continue
+            if data_now == data:
+                return
+            try:
+                self._commit([SetData(path, data, stat.version)])
+                return
+            except WriteConflictError:
+                continue
+        raise MembershipError(f"could not write {path}: it keeps changing under us")
+
+    def release(self, path: str) -> bool:
+        """Delete the caller's own persistent node (see ``hold``); True when deleted."""
+        self._require_own(path)
+        try:
+            self._commit([Delete(path)])
+        except WriteConflictError as e:
+            if e.reason == "no-node":
+                return False
+            raise
+        return True
+
+    # -- persistent own per-slot nodes (e.g. worker heartbeats) -----------------------
 
     def owns_prefixed(self, path: str) -> bool:
         """True for a node named ``<owner>-<suffix>`` (suffix without ``-``), e.g. ``sup1-0``.

@@ -3,20 +3,29 @@
 Starts a ZooKeeper (standalone, or ``--ensemble 3``), ``--replicas`` Nimbus replicas and
 ``--supervisors`` supervisors as separate processes on loopback, prints one line per
 process, and stops them all cleanly on Ctrl-C or SIGTERM. ``--demo`` is the README's
-main job: submit an example topology, show the leader and the running topology, SIGKILL
-the leader, show the new leader, its epoch and the topology still ACTIVE, stop, exit 0.
+main job: submit the word-count example (``examples/wordcount``) reading a folder of
+text, wait for its exact counts from a real Spark worker, SIGKILL the leader Nimbus, feed
+more text and show the pipeline counting it while the replicas elect a new leader, show
+the new leader and its epoch, kill the topology through the new leader, wait for the
+worker to stop, and exit 0 (1 if any step did not do what it should).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import json
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +35,10 @@ from nimbus.api import pb, records
 from nimbus.errors import NimbusError
 from nimbus.zkserver import ZooKeeperCluster, free_ports
 
-EXAMPLE_TOPOLOGY = b'''"""Example package made by `nimbus dev --demo`."""
-
-
-def build():
-    # The pipelines issue defines the spout/bolt API this returns.
-    return None
-'''
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "wordcount"
+#: The example's tokenizer (``WORD_SEPARATOR`` in its topology.py), for the exact check.
+WORD_SEPARATOR = re.compile(r"[^a-z0-9']+")
+MORE_TEXT = "the leader is gone and the stream goes on\nthe stream goes on\n"
 
 
 def register(sub: Any) -> None:
@@ -91,7 +97,8 @@ class Cluster:
             [
                 "supervisor", "--zookeeper", self.zk, "--id", name, "--slots", "4",
                 "--session-timeout", str(self.args.session_timeout),
-                "--heartbeat-interval", "1", "--no-workers",
+                "--heartbeat-interval", "1",
+                "--state-dir", str(self.workdir / name),
             ],
         )  # fmt: skip
         print(f"supervisor       {name}  (log {self.workdir}/{name}.log)")
@@ -130,35 +137,103 @@ def _show_topology(client: NimbusClient, name: str) -> None:
         print(f"  worker {w.supervisor_id}/{w.slot}: {w.state} (heartbeat {age})")
 
 
+def _count_words(folder: Path) -> dict[str, int]:
+    """What the word count must produce: a plain-Python count of the same text."""
+    words: Counter[str] = Counter()
+    for path in sorted(folder.iterdir()):
+        for line in path.read_text().splitlines():
+            words.update(w for w in WORD_SEPARATOR.split(line.lower()) if w)
+    return dict(words)
+
+
+def _output_counts(folder: Path) -> dict[str, int]:
+    from pipeline.sinks import latest_by_key, read_batches  # no pyspark import needed
+
+    latest = latest_by_key(read_batches(folder), "word")
+    return {key[0]: int(row["count"]) for key, row in latest.items()}
+
+
+def _wait(stop: threading.Event, what: str, check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not stop.is_set() and time.monotonic() < deadline:
+        if check():
+            return True
+        stop.wait(0.5)
+    print(f"demo: gave up waiting for {what} after {timeout:g} s", file=sys.stderr)
+    return False
+
+
 def _demo(cluster: Cluster, client: NimbusClient, stop: threading.Event) -> int:
+    if not (EXAMPLE / "topology.py").is_file():
+        print(f"demo: the word-count example is not at {EXAMPLE}", file=sys.stderr)
+        return 1
     first = _show_cluster(client)
-    package = make_package({"topology.py": EXAMPLE_TOPOLOGY}, cluster.workdir / "example.zip")
+    inbox, out = cluster.workdir / "input", cluster.workdir / "output"
+    inbox.mkdir(exist_ok=True)
+    for part in sorted((EXAMPLE / "corpus").iterdir()):
+        shutil.copy(part, inbox / part.name)
+    config = {"input": str(inbox), "output": str(out), "parallelism": 2}
+    package = make_package(
+        {
+            "topology.py": (EXAMPLE / "topology.py").read_bytes(),
+            "config.json": json.dumps(config).encode(),
+        },
+        cluster.workdir / "wordcount.zip",
+    )
     data = package.read_bytes()
     header = pb.SubmitHeader(
-        name="example",
+        name="wordcount",
         expected_digest=hashlib.sha256(data).hexdigest(),
         package_size=len(data),
-        num_workers=2,
+        num_workers=1,
     )
     reply = client.submit(header, lambda: iter([data]))
     print(f"submitted {reply.topology_id}, acknowledged once held by {len(reply.code_replicas)}")
-    deadline = time.monotonic() + 30
-    while not client.describe("example").workers and time.monotonic() < deadline:
-        stop.wait(0.2)  # the scheduler places the workers within a pass or two
-    _show_topology(client, "example")
-    print(f"killing the leader {first.replica_id} (SIGKILL)...")
+    print(f"counting the words of {inbox} into {out} (a Spark worker starts: ~20 s)...")
+    expected = _count_words(inbox)
+    if not _wait(stop, "exact counts", lambda: _output_counts(out) == expected, 180):
+        return 1
+    print(f"counts exact: {len(expected)} words, {sum(expected.values())} in all")
+    _show_topology(client, "wordcount")
+
+    print(f"killing the leader {first.replica_id} (SIGKILL) and feeding more text...")
     started = time.monotonic()
     cluster.replicas[first.replica_id].kill()
     cluster.replicas[first.replica_id].wait()
+    staging = cluster.workdir / ".more.txt"
+    staging.write_text(MORE_TEXT)
+    staging.rename(inbox / "more.txt")  # whole files only: the spout never sees half one
+    expected = _count_words(inbox)
+    if not _wait(stop, "the new text counted", lambda: _output_counts(out) == expected, 120):
+        return 1
+    print(f"the pipeline kept counting without a leader: 'stream' = {expected['stream']}")
     new = client.leader()
     while new.replica_id == first.replica_id or new.epoch <= first.epoch:
         stop.wait(0.05)
         new = client.leader()
     took = time.monotonic() - started
-    print(f"new leader: {new.replica_id} (epoch {new.epoch}) after {took:.1f} s")
-    _show_topology(client, "example")
-    status = client.describe("example").summary.status
-    return 0 if status == records.ACTIVE else 1
+    print(f"new leader: {new.replica_id} (epoch {new.epoch}) {took:.1f} s after the kill")
+    _show_topology(client, "wordcount")
+    active = client.describe("wordcount").summary.status == records.ACTIVE
+
+    print("killing the topology through the new leader...")
+    client.call_leader("KillTopology", pb.KillTopologyRequest(name="wordcount", wait_s=0))
+    pids = list(cluster.workdir.glob("supervisor-*/workers/*/worker.pid"))
+    worker = int(pids[0].read_text()) if pids else None
+    if worker is None or not _wait(stop, "the worker to stop", lambda: not _alive(worker), 60):
+        return 1
+    print(f"worker {worker} stopped; final counts exact: {_output_counts(out) == expected}")
+    return 0 if active and _output_counts(out) == expected else 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie (exited, not yet reaped) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return True
 
 
 def run(args: argparse.Namespace) -> int:

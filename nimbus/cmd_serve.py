@@ -39,6 +39,11 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ),
     ("--sync-interval", float, 1.0, "seconds between code sync passes"),
     ("--max-package-mib", float, 64.0, "upload size limit"),
+    (
+        "--validate-timeout", float, 20.0,
+        "seconds a submitted topology's build() and validation may take (0: no check)",
+    ),
+    ("--validate-memory-mib", int, 1024, "memory limit of that check"),
     ("--schedule-interval", float, 1.0, "seconds between scheduler passes"),
     (
         "--heartbeat-timeout", float, 10.0,

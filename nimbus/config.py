@@ -44,6 +44,8 @@ class NimbusConfig:
     schedule_interval: float = 1.0  # seconds between scheduler passes
     heartbeat_timeout: float = 10.0  # a worker or supervisor silent this long is moved off
     max_package_mib: float = 64.0
+    validate_timeout: float = 20.0  # the sandboxed check of a submitted build(); 0: off
+    validate_memory_mib: int = 1024
     gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
     ui_port: int = 0  # the read-only web UI on the --listen host; 0: not served
     # Security (README "Security"); all off by default. Secrets only in files or env.
@@ -96,6 +98,15 @@ class NimbusConfig:
             )
         if self.replication_wait <= 0 or self.code_wait <= 0 or self.sync_interval <= 0:
             raise ConfigError("--replication-wait, --code-wait and --sync-interval must be > 0")
+        if self.validate_timeout < 0:
+            raise ConfigError(
+                f"--validate-timeout must be >= 0 (0 turns the check off), "
+                f"got {self.validate_timeout}"
+            )
+        if self.validate_memory_mib < 256:
+            raise ConfigError(
+                f"--validate-memory-mib must be at least 256, got {self.validate_memory_mib}"
+            )
         if not 0 < self.max_package_mib <= 1024:
             raise ConfigError(f"--max-package-mib must be in (0, 1024], got {self.max_package_mib}")
         if not 0 < self.schedule_interval < self.heartbeat_timeout:

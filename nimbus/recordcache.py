@@ -18,7 +18,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, WatchedEvent
-from kazoo.recipe.watchers import ChildrenWatch
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +36,12 @@ class RecordCache(Generic[M]):
         self._loaded = threading.Condition(self._guard)
         self._session_lost = False
         self._listeners: list[Callable[[], None]] = []
+        self._cversion = -1  # the folder's child version our ``_children`` reflect
+        self._relist = False  # a listing failed on a connection that then came back
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
-        ChildrenWatch(self._client, self._folder, self._on_children)
+        self._watch_children()
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Called after any record changes (from kazoo's event thread; must not block)."""
@@ -61,6 +62,15 @@ class RecordCache(Generic[M]):
         with self._guard:
             return set(self._children)
 
+    def snapshot(self) -> tuple[frozenset[str], int, bool]:
+        """(children, the folder's ``cversion`` they reflect, every record read once).
+
+        A caller that reads the folder's stat (one small round trip) and finds the same
+        ``cversion`` knows the children are exactly these, without listing 10,000 of them.
+        """
+        with self._guard:
+            return frozenset(self._children), self._cversion, self._pending == 0
+
     def wait_loaded(self, timeout: float) -> bool:
         """Block until every child seen so far has been read once."""
         with self._loaded:
@@ -73,12 +83,46 @@ class RecordCache(Generic[M]):
             self._session_lost = True
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
-            for name in self.names():  # the new session has none of our data watches
+            # The new session has none of our watches: list the folder and read every
+            # record again (from kazoo's thread: only send requests, never wait here).
+            self._watch_children()
+            for name in self.names():
                 self._load(name)
+        elif state == KazooState.CONNECTED and self._relist:
+            self._relist = False
+            self._watch_children()
 
-    def _on_children(self, children: list[str]) -> None:
+    def _watch_children(self) -> None:
+        """List the folder and leave a child watch; the watch re-lists (and re-arms)."""
+        result = self._client.get_children_async(
+            self._folder, watch=self._on_children_event, include_data=True
+        )
+        result.rawlink(self._listed)
+
+    def _on_children_event(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE:
+            return  # a connection-state event; the session listener handles those
+        self._watch_children()
+
+    def _listed(self, result: IAsyncResult) -> None:
+        try:
+            children, stat = result.get_nowait()
+        except NoNodeError:
+            log.warning("%s does not exist; watching for it", self._folder)
+            self._client.exists_async(self._folder, watch=self._on_children_event)
+            return
+        except Exception as e:  # connection trouble: list again once connected
+            log.info("could not list %s: %s", self._folder, e)
+            self._relist = True
+            return
+        self._on_children(list(children), int(stat.cversion))
+
+    def _on_children(self, children: list[str], cversion: int) -> None:
         current = set(children)
         with self._guard:
+            if cversion < self._cversion:
+                return  # an older listing answered late
+            self._cversion = cversion
             added = current - self._children
             removed = self._children - current
             self._children = current

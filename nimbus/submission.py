@@ -1,19 +1,23 @@
 """Accepting a topology: store the package, gather replicas, then publish it, fenced.
 
 The order is what makes an acknowledged topology impossible to lose: the leader stores
-the package, registers itself as a holder, waits until ``min_replicas`` replicas hold a
-verified copy (bounded, re-checking leadership), and only then writes ``/storms/<id>``
-and ``/names/<name>`` in one fenced multi-op. The call is answered after that write.
+the package, runs its ``build()`` and the topology validation in a sandboxed child
+process (a broken or hostile topology is refused here), registers itself as a holder,
+waits until ``min_replicas`` replicas hold a verified copy (bounded, re-checking
+leadership), and only then writes ``/storms/<id>`` and ``/names/<name>`` in one fenced
+multi-op. The call is answered after that write.
 If anything fails before it, the holder registrations are removed and nothing refers to
 the package; the code itself is collected after the grace period.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -38,11 +42,13 @@ from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.config import NimbusConfig
 from nimbus.names import check_digest, check_name, topology_id
+from nimbus.package_check import CheckLimits, PackageCheckFailed, PackageInvalid, check_package
 from nimbus.requests import recall, remember
 
 log = logging.getLogger(__name__)
 
 CurrentWriter = Callable[[], FencedWriter | None]
+VERDICTS_KEPT = 256
 
 
 class Submitter:
@@ -64,6 +70,7 @@ class Submitter:
         self._wall_s = wall_s
         self._counter = 0
         self._counter_lock = threading.Lock()
+        self._verdicts: dict[str, list[dict[str, Any]]] = {}  # digest -> graph, for valid ones
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
         writer = self._writer()
@@ -92,9 +99,10 @@ class Submitter:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"package rejected: {e}") from e
         except StoreError as e:
             raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"cannot store: {e}") from e
+        components = self._check(name, stored.digest)
         new_id = self._new_id(name)
         own_node = self._paths.code_holder(new_id, self._config.replica_id)
-        self._membership.register(own_node, stored.digest.encode())
+        self._membership.hold(own_node, stored.digest.encode())
         try:
             holders = self._await_replicas(new_id, writer)
             base = records.StormBase(
@@ -107,6 +115,8 @@ class Submitter:
                 config_json=header.config_json,
                 package_size=stored.size,
                 client_request_id=header.client_request_id,
+                components_json=json.dumps(components, separators=(",", ":")) if components else "",
+                component_parallelism={c["name"]: int(c["parallelism"]) for c in components},
             )
             stamp_epoch(base, writer.token.epoch)
             writer.batch(
@@ -150,6 +160,33 @@ class Submitter:
         )
 
     # -- steps --------------------------------------------------------------------------
+
+    def _check(self, name: str, digest: str) -> list[dict[str, Any]]:
+        """Run the package's ``build()`` and the topology validation, sandboxed (see
+        ``nimbus.package_check``); the graph it returns is kept in the record."""
+        if self._config.validate_timeout == 0:
+            return []
+        cached = self._verdicts.get(digest)
+        if cached is not None:
+            return cached  # same bytes, same topology: the check is not redone
+        limits = CheckLimits(self._config.validate_timeout, self._config.validate_memory_mib)
+        try:
+            components = check_package(self._store.path(digest), limits)
+        except PackageInvalid as e:
+            where = f" (component {e.component!r})" if e.component else ""
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"topology {name!r} refused{where}: {e}"
+            ) from e
+        except PackageCheckFailed as e:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"topology {name!r}: {e}") from e
+        except OSError as e:
+            raise ApiError(
+                grpc.StatusCode.UNAVAILABLE, f"could not run the topology check: {e}"
+            ) from e
+        if len(self._verdicts) >= VERDICTS_KEPT:
+            self._verdicts.pop(next(iter(self._verdicts)))
+        self._verdicts[digest] = components
+        return components
 
     def _writer(self) -> FencedWriter:
         writer = self._current_writer()
@@ -233,6 +270,6 @@ class Submitter:
         except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown, KazooException) as e:
             log.info("could not remove holders of abandoned %s: %s", new_id, e)
             try:
-                self._membership.unregister(own_node)
-            except Exception as inner:  # best effort; the node dies with the session
+                self._membership.release(own_node)
+            except Exception as inner:  # best effort; the replica's GC drops it later
                 log.info("could not unregister %s: %s", own_node, inner)

@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from code_sync.state import read_holders_of, read_storms
+from code_sync.state import live_replicas, read_holders_of, read_storms
 from leader.paths import Paths, worker_name
 from nimbus.api import pb, records
 from nimbus.apierror import ApiError
@@ -18,9 +18,13 @@ from nimbus.names import check_name
 
 
 def _summary(
-    client: KazooClient, paths: Paths, topology_id: str, base: records.StormBase
+    client: KazooClient,
+    paths: Paths,
+    topology_id: str,
+    base: records.StormBase,
+    live: frozenset[str],
 ) -> pb.TopologySummary:
-    holders = read_holders_of(client, paths, topology_id)
+    holders = read_holders_of(client, paths, topology_id, live)
     now_ms = int(time.time() * 1000)
     return pb.TopologySummary(
         id=topology_id,
@@ -39,8 +43,11 @@ def _summary(
 def list_topologies(client: KazooClient, root: str) -> pb.ListTopologiesResponse:
     paths = Paths(root)
     storms = read_storms(client, paths)
+    live = live_replicas(client, paths)
     return pb.ListTopologiesResponse(
-        topologies=[_summary(client, paths, tid, base) for tid, base in sorted(storms.items())]
+        topologies=[
+            _summary(client, paths, tid, base, live) for tid, base in sorted(storms.items())
+        ]
     )
 
 
@@ -55,7 +62,7 @@ def describe(client: KazooClient, root: str, name: str) -> pb.TopologyDetail:
     except (DecodeError, UnicodeDecodeError) as e:
         raise ApiError(grpc.StatusCode.DATA_LOSS, f"the record of {name!r} is damaged") from e
     detail = pb.TopologyDetail(
-        summary=_summary(client, paths, topology_id, base),
+        summary=_summary(client, paths, topology_id, base, live_replicas(client, paths)),
         component_parallelism=dict(base.component_parallelism),
         config_json=base.config_json,
     )

@@ -13,6 +13,7 @@ import pytest
 from code_sync.package import make_package
 from leader.client import NimbusClient
 from nimbus.api import pb
+from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import Replica
 
 ROOT = "/storm"
@@ -60,7 +61,7 @@ def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:
     """A valid package with random content; returns its path and SHA-256."""
     body = f"# {tag}\n".encode() + os.urandom(size)
     path = make_package(
-        {"topology.py": b"def build():\n    return None\n", "data.bin": body},
+        {"topology.py": MINIMAL_TOPOLOGY, "data.bin": body},
         tmp_path / f"{tag}.zip",
     )
     return path, hashlib.sha256(path.read_bytes()).hexdigest()

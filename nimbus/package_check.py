@@ -1,0 +1,137 @@
+"""Validate a submitted package's topology in a child process with time and memory limits.
+
+The package is user code: its ``build()`` may loop forever, allocate without bound or
+crash the interpreter. The leader runs ``python -m pipeline.check`` on it in its own
+session (so the whole process group can be killed), with ``RLIMIT_AS`` for memory,
+``RLIMIT_CPU`` and a wall-clock deadline for time, ``RLIMIT_FSIZE`` so it cannot fill the
+disk, and its output captured in a file of which only the tail is read, so nothing the
+package does can hang, exhaust or crash the leader. A verdict comes back as
+``PackageInvalid`` naming the component and the problem; a check that could not finish is
+``PackageCheckFailed``, also a refusal: a topology nobody could validate is not accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nimbus.errors import NimbusError
+
+#: Bytes of the child's output read back (the verdict is its last line).
+OUTPUT_TAIL_BYTES = 256 * 1024
+#: The largest file the check may write (unpacking is to a temporary folder).
+MAX_FILE_BYTES = 256 * 1024 * 1024
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class PackageInvalid(NimbusError):
+    """The topology is malformed; ``component`` names where (None: the package as a whole)."""
+
+    def __init__(self, component: str | None, message: str) -> None:
+        self.component = component
+        super().__init__(message)
+
+
+class PackageCheckFailed(NimbusError):
+    """The check did not finish: over its time or memory limit, or it crashed."""
+
+
+@dataclass(frozen=True)
+class CheckLimits:
+    timeout_s: float = 20.0
+    memory_mib: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"the validation timeout must be positive, got {self.timeout_s}")
+        if self.memory_mib < 256:
+            raise ValueError(
+                f"the validation memory limit must be at least 256 MiB (Python and the "
+                f"pipeline API need that much), got {self.memory_mib}"
+            )
+
+
+def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
+    """The topology's components (see ``pipeline.check.describe_graph``) when it is valid."""
+    memory = limits.memory_mib * 1024 * 1024
+    cpu = int(limits.timeout_s) + 1
+
+    def confine() -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HOME": tempfile.gettempdir(),
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="nimbus-check-") as workdir,
+        tempfile.TemporaryFile() as out,
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.check", str(package.resolve())],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=env,
+            preexec_fn=confine,
+            start_new_session=True,
+        )
+        try:
+            status = proc.wait(timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise PackageCheckFailed(
+                f"validating the topology took longer than {limits.timeout_s:g}s "
+                "(does build() loop?); the package was refused"
+            ) from None
+        finally:
+            _kill_group(proc)  # anything the package started in the background
+        out.seek(max(0, out.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
+        tail = out.read().decode("utf-8", errors="replace")
+    return _verdict(status, tail, limits)
+
+
+def _verdict(status: int, tail: str, limits: CheckLimits) -> list[dict[str, Any]]:
+    lines = [line for line in tail.splitlines() if line.strip()]
+    verdict: dict[str, Any] | None = None
+    if status == 0 and lines:
+        try:
+            parsed = json.loads(lines[-1])
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict) and "ok" in parsed:
+            verdict = parsed
+    if verdict is None:
+        last = lines[-1][-300:] if lines else "no output"
+        if status in (-signal.SIGKILL, -signal.SIGXCPU) or "MemoryError" in tail:
+            raise PackageCheckFailed(
+                f"validating the topology exceeded its limits ({limits.memory_mib} MiB, "
+                f"{limits.timeout_s:g}s; does build() allocate without bound?); "
+                f"the package was refused: {last}"
+            )
+        raise PackageCheckFailed(f"validating the topology failed (exit status {status}): {last}")
+    if not verdict["ok"]:
+        raise PackageInvalid(verdict.get("component"), str(verdict.get("error")))
+    components: list[dict[str, Any]] = verdict.get("components", [])
+    return components
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

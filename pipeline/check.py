@@ -1,0 +1,80 @@
+"""``python -m pipeline.check PACKAGE``: load a package's topology and validate it, no Spark.
+
+Run by the leader in a child process with time and memory limits before it acknowledges
+a submission (``nimbus.package_check``): the package is user code, so ``build()`` may
+loop, allocate without bound or crash, and none of that may reach the leader.
+
+Prints one JSON line: ``{"ok": true, "components": [...]}`` with the graph (name, kind,
+parallelism, inputs with grouping and fields) for the UI and ``describe``, or
+``{"ok": false, "component": ..., "error": ...}``. Exit status 0 for either verdict; any
+other status means the check itself failed (killed by a limit, crashed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from typing import Any
+
+from pipeline.errors import PackageError, TopologyError
+from pipeline.graph import Topology
+
+
+def describe_graph(topology: Topology) -> list[dict[str, Any]]:
+    """The topology's components as plain data (what the UI draws)."""
+    return [
+        {
+            "name": spec.name,
+            "kind": spec.kind,
+            "parallelism": spec.parallelism,
+            "inputs": [
+                {
+                    "source": g.source,
+                    "grouping": g.kind.name.lower(),
+                    "fields": list(g.fields),
+                }
+                for g in spec.inputs
+            ],
+        }
+        for spec in topology
+    ]
+
+
+def check(package: str) -> dict[str, Any]:
+    # Imported here: pyspark (under the compiler) is only needed once a package is given.
+    from pipeline.compiler import validate
+    from pipeline.package import load_topology
+
+    with tempfile.TemporaryDirectory(prefix="nimbus-check-") as unpack_to:
+        try:
+            topology = load_topology(package, unpack_to=unpack_to)
+            validate(topology)
+        except TopologyError as e:
+            return {"ok": False, "component": e.component, "error": str(e)}
+        except PackageError as e:
+            if isinstance(e.__cause__, MemoryError):
+                return {
+                    "ok": False,
+                    "component": None,
+                    "error": "build() ran out of memory under the validation limit "
+                    "(does it allocate without bound?)",
+                }
+            return {"ok": False, "component": None, "error": str(e)}
+        return {"ok": True, "components": describe_graph(topology)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m pipeline.check PACKAGE", file=sys.stderr)
+        return 64
+    verdict = check(args[0])
+    sys.stdout.flush()
+    # The verdict is the last line: whatever build() printed comes before it.
+    print("\n" + json.dumps(verdict), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
