@@ -25,6 +25,7 @@ from tests.waiting import wait_until
 
 SUBMIT = "/storm.nimbus.v1.Nimbus/SubmitTopology"
 ACTIVATE = "/storm.nimbus.v1.Nimbus/ActivateTopology"
+DOWNLOAD = "/storm.nimbus.v1.Nimbus/DownloadCode"
 
 
 def test_scraped_metrics_tell_the_truth_before_and_after_a_failover(
@@ -72,6 +73,7 @@ def test_scraped_metrics_tell_the_truth_before_and_after_a_failover(
         assert value(on_leader, calls, method=SUBMIT, code="OK") == 1
         assert value(on_leader, f"{durations}_count", method=SUBMIT, code="OK") == 1
         assert value(on_follower, calls, method=ACTIVATE, code="FAILED_PRECONDITION") == 1
+        assert value(on_leader, calls, method=DOWNLOAD, code="OK") >= 1  # the follower's sync
 
         assert leader.stop(signal.SIGTERM) == 0, leader.log_tail()
         second = wait_for_agreed_leader([follower], timeout=30, newer_than=first.epoch)
