@@ -116,11 +116,21 @@ def commit_marker(
     raise conflict from error
 
 
-def release_claim(client: KazooClient, token: ClaimToken, *, timeout: float) -> bool:
-    """Delete our claim node if it is still ours; True when deleted."""
+def release_claim(
+    client: KazooClient, token: ClaimToken, *, timeout: float, retire: Sequence[str] = ()
+) -> bool:
+    """Delete our claim node if it is still ours; True when deleted.
+
+    ``retire`` (a killed topology's commit markers, then their folder) is deleted in the
+    same multi-op, so only the last holder cleans up.
+    """
     if client.state != KazooState.CONNECTED:
         return False  # the session closing (or expiring) removes it anyway
-    ops: list[Op] = [Check(token.epoch_path, token.epoch), Delete(token.claim_path, 0)]
+    ops: list[Op] = [
+        Check(token.epoch_path, token.epoch),
+        Delete(token.claim_path, 0),
+        *(Delete(path) for path in retire),
+    ]
     results = txn.commit(client, ops, timeout=timeout)
     return txn.first_failure(results) is None
 

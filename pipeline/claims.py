@@ -302,6 +302,20 @@ class SlotClaim:
             return f"no word from ZooKeeper for {self._lease.age():.1f}s: the session is gone"
         return None
 
+    def _retired_nodes(self) -> list[str]:
+        """A killed topology's commit markers and their folder.
+
+        Never the claim folder: its version is the claim epoch, which must only grow.
+        """
+        commits = self._paths.commits_of(self.topology_id)
+        try:
+            return [
+                *(f"{commits}/{name}" for name in self._client.get_children(commits)),
+                commits,
+            ]
+        except NoNodeError:
+            return []
+
     def release(self) -> None:
         """Give the claim up (the next holder need not wait for our session to expire)."""
         self._pinger.stop()
@@ -309,7 +323,11 @@ class SlotClaim:
         if token is None:
             return
         try:
-            if release_claim(self._client, token, timeout=self._timeout):
+            if self._lost == "assignment removed" and release_claim(
+                self._client, token, timeout=self._timeout, retire=self._retired_nodes()
+            ):
+                log.info("released %s and removed the killed topology's commits", self.claim_path)
+            elif release_claim(self._client, token, timeout=self._timeout):
                 log.info("released %s (epoch %d)", self.claim_path, token.epoch)
         except (WriteOutcomeUnknown, KazooException) as e:
             log.info("could not release %s (its session's end will): %s", self.claim_path, e)

@@ -47,6 +47,7 @@ from nimbus.api import records
 from nimbus.errors import NimbusError
 from nimbus.factory import make_kazoo_client
 from nimbus.security.zkauth import zk_auth_from_env
+from pipeline.activity import Activity
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer
 from pipeline.errors import PipelineError, PipelineRunError
@@ -68,6 +69,10 @@ EXIT_FENCED = 4  # the claim was lost or at risk: the query stopped, nothing mor
 STOP_TIMEOUT = 30.0
 #: The same once fenced off: the batch in flight cannot publish, so do not wait for it long.
 FENCED_STOP_TIMEOUT = 3.0
+#: ``_watch``'s answer when the topology was deactivated: not an exit code.
+_PAUSE = -1
+#: Heartbeat status of a worker whose topology is deactivated.
+PAUSED = "inactive: query stopped until the topology is activated"
 
 
 @dataclass
@@ -212,30 +217,49 @@ class Worker:
                 topology,
                 Committer(self._client, self._paths, self.claim, timeout=self._session_timeout),
             )
-            self.set_status("starting: query")
-            topology_run = run(
-                topology,
-                spark,
-                checkpoint or state_dir / "checkpoint",
-                trigger="continuous",
-                name=self.topology_id,
-            )
-            with self._lock:
-                self._run = topology_run
-                self._status = "running"
-            log.info(
-                "%s: query started in slot %s (claim epoch %d)",
-                self.topology_id,
-                self.slot,
-                token.epoch,
-            )
-            return self._watch(topology_run, token.epoch)
+            activity = Activity(self._client, self._paths.storm(self.topology_id))
+            while True:
+                if not activity.active.is_set():
+                    self.set_status(PAUSED)
+                    log.info("%s: deactivated, query stopped until activated", self.topology_id)
+                    if not self._wait_active(activity):
+                        return EXIT_FENCED if self.claim.stop_reason() else EXIT_OK
+                self.set_status("starting: query")
+                topology_run = run(
+                    topology,
+                    spark,
+                    checkpoint or state_dir / "checkpoint",
+                    trigger="continuous",
+                    name=self.topology_id,
+                )
+                with self._lock:
+                    self._run = topology_run
+                    self._status = "running"
+                log.info(
+                    "%s: query started in slot %s (claim epoch %d)",
+                    self.topology_id,
+                    self.slot,
+                    token.epoch,
+                )
+                code = self._watch(topology_run, token.epoch, activity)
+                if code != _PAUSE:
+                    return code
         finally:
             self.claim.release()
             spark.stop()
 
-    def _watch(self, topology_run: TopologyRun, epoch: int) -> int:
-        """Keep the query until a stop is asked for, the claim ends, or the query fails."""
+    def _wait_active(self, activity: Activity) -> bool:
+        """Hold the claim while deactivated; False when told to stop or the claim ends."""
+        while not activity.active.wait(0.2):
+            if self.stop_requested.is_set() or self.claim.stop_reason() is not None:
+                return False
+        return not self.stop_requested.is_set()
+
+    def _watch(self, topology_run: TopologyRun, epoch: int, activity: Activity) -> int:
+        """Keep the query until a stop is asked for, the claim ends, or the query fails.
+
+        Returns ``_PAUSE`` after stopping it because the topology was deactivated.
+        """
         code = EXIT_OK
         reason: str | None = None
         next_progress = 0.0
@@ -246,6 +270,9 @@ class Worker:
             reason = self.claim.stop_reason()
             if reason is not None:
                 code = EXIT_OK if self.claim.moved else EXIT_FENCED
+                break
+            if not activity.active.is_set():
+                reason, code = "topology deactivated", _PAUSE
                 break
             failure = topology_run.exception()
             if failure is not None or not topology_run.is_active:

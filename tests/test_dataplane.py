@@ -6,6 +6,7 @@ in ``tests/test_dataplane_processes.py``.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from leader.paths import Paths
 from nimbus.api import records
 from nimbus.factory import make_kazoo_client
 from nimbus.faultproxy import FaultProxy
+from pipeline import adopt
 from pipeline.claims import NotAssignedError, SlotClaim
 from pipeline.commits import Committer, FencedOffError
 from pipeline.sinks import FileSink, read_batches
@@ -216,3 +218,28 @@ def test_a_fenced_file_sink_publishes_only_committed_batches(
     assert [batch for batch, _ in published] == [0, 1]
     assert published[0][1] == [{"word": "storm", "count": 1}, {"word": "spout", "count": 2}]
     assert not [p for p in (tmp_path / "out").iterdir() if "000000000002" in p.name]
+
+
+def test_adoption_records_tell_a_live_worker_from_an_exited_or_reused_pid(tmp_path: Path) -> None:
+    workers = tmp_path / "workers"
+    live = subprocess.Popen(["sleep", "60"])
+    exited = subprocess.Popen(["true"])
+    try:
+        ticks = adopt.start_ticks(live.pid)
+        assert ticks is not None
+        for tid, pid, start in [
+            ("t-live", live.pid, ticks),
+            ("t-reused", live.pid, ticks + 1),  # same pid, another process's start time
+            ("t-exited", exited.pid, ticks),
+        ]:
+            (workers / tid).mkdir(parents=True)
+            adopt.save(workers / tid, adopt.WorkerRecord(pid, start, tid, 0, "d" * 64))
+        wait_until(lambda: adopt.start_ticks(exited.pid) is None, message="a zombie")
+        found = adopt.running_workers(workers)
+        assert [(r.topology_id, r.pid) for r in found] == [("t-live", live.pid)]
+        assert adopt.load(workers / "t-reused") is None, "a dead worker's record is forgotten"
+    finally:
+        live.kill()
+        live.wait()
+        exited.wait()
+    assert adopt.running_workers(workers) == []

@@ -1,0 +1,42 @@
+"""Whether a topology's query should run: not while the topology is deactivated.
+
+Storm pauses the spouts of an INACTIVE topology and keeps its workers; here the worker
+keeps its process, its Spark session and its claim, and stops the query between
+micro-batches until the topology is activated again (then it resumes from the checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from google.protobuf.message import DecodeError
+from kazoo.client import KazooClient
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import DataWatch
+
+from nimbus.api import records
+
+log = logging.getLogger(__name__)
+
+
+class Activity:
+    """Follows ``/storms/<topology-id>`` by watch; ``active`` is set unless INACTIVE."""
+
+    def __init__(self, client: KazooClient, storm_path: str) -> None:
+        self.active = threading.Event()
+        self.active.set()
+        DataWatch(client, storm_path, self._on_data)
+
+    def _on_data(self, data: bytes | None, stat: ZnodeStat | None) -> None:
+        if data is None:
+            return  # a removed topology loses its assignment: the claim sees to that
+        try:
+            status = records.StormBase.FromString(data).status
+        except DecodeError:
+            log.warning("ignoring a damaged topology record")
+            return
+        if status == records.INACTIVE:
+            self.active.clear()
+        else:
+            self.active.set()
