@@ -81,6 +81,7 @@ from code_sync.store import CodeStore  # noqa: E402
 from nimbus.api import pb, rpc  # noqa: E402
 from nimbus.factory import make_channel  # noqa: E402
 from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from pipeline.samples import MINIMAL_TOPOLOGY  # noqa: E402
 
 MIB = 1 << 20
 FULL_BLOB_MIB = 64
@@ -120,7 +121,7 @@ DESCRIPTIONS = {
     VALIDATE: "validate_package() alone on the package file (page cache)",
 }
 
-TOPOLOGY_SOURCE = b'"""Benchmark topology: never run."""\n'
+TOPOLOGY_SOURCE = MINIMAL_TOPOLOGY  # the leader validates build() at submit
 BLOB_ENTRY = "data/blob.bin"
 
 

@@ -135,6 +135,8 @@ def run_describe(args: argparse.Namespace) -> int:
         "code_replicas": list(s.code_replicas),
         "num_workers": s.num_workers,
         "uptime_s": round(s.uptime_s, 1),
+        "component_parallelism": dict(detail.component_parallelism),
+        "components": json.loads(detail.components_json) if detail.components_json else [],
         "workers": [
             {
                 "supervisor": w.supervisor_id,

@@ -65,6 +65,7 @@ def describe(client: KazooClient, root: str, name: str) -> pb.TopologyDetail:
         summary=_summary(client, paths, topology_id, base, live_replicas(client, paths)),
         component_parallelism=dict(base.component_parallelism),
         config_json=base.config_json,
+        components_json=base.components_json,
     )
     assignment = _read(client, paths.assignment(topology_id), records.Assignment)
     if assignment is not None:

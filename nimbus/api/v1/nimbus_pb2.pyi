@@ -195,7 +195,7 @@ class GetTopologyRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class TopologyDetail(_message.Message):
-    __slots__ = ("summary", "assignment", "errors", "component_parallelism", "config_json", "workers")
+    __slots__ = ("summary", "assignment", "errors", "component_parallelism", "config_json", "workers", "components_json")
     class ComponentParallelismEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -209,13 +209,15 @@ class TopologyDetail(_message.Message):
     COMPONENT_PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     summary: TopologySummary
     assignment: _records_pb2.Assignment
     errors: _containers.RepeatedCompositeFieldContainer[_records_pb2.ErrorInfo]
     component_parallelism: _containers.ScalarMap[str, int]
     config_json: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
-    def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...
+    components_json: str
+    def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., components_json: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s")

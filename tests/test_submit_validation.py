@@ -1,0 +1,114 @@
+"""The leader validates a submitted topology in a sandbox before it acknowledges it.
+
+A real replica and ``nimbus submit`` through the CLI: broken topologies are refused
+with a message naming the component; a ``build()`` that loops forever or allocates
+without bound is refused after the validation limit; the leader keeps serving, and
+nothing of a refused topology is written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from code_sync.package import make_package
+from leader.paths import Paths
+from pipeline.samples import MINIMAL_TOPOLOGY
+from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from tests.replica_fixtures import ROOT, Spawn, sync_flags
+
+PATHS = Paths(ROOT)
+HEADER = b"from pipeline.api import *\n\n\ndef build():\n    b = TopologyBuilder()\n"
+
+BROKEN = {
+    "cycle": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("a", Where("true")).shuffle_grouping("lines").shuffle_grouping("c")
+    b.set_bolt("b", Where("true")).shuffle_grouping("a")
+    b.set_bolt("c", Where("true")).shuffle_grouping("b")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("c")
+    return b.build()
+""",
+        ["a -> b -> c -> a", "Spark runs DAGs"],
+    ),
+    "unknown": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("split", Split("line", "word")).shuffle_grouping("lines")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("splitt")
+    return b.build()
+""",
+        ["component 'out'", "unknown component 'splitt'"],
+    ),
+    "field": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("split", Split("line", "word")).shuffle_grouping("lines")
+    b.set_bolt("count", RunningCount("word")).fields_grouping("split", "wrd")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("count")
+    return b.build()
+""",
+        ["component 'count'", "undeclared field 'wrd'"],
+    ),
+    "loops": (
+        b"def build():\n    while True:\n        pass\n",
+        ["longer than 15s", "does build() loop?"],
+    ),
+    "allocates": (
+        b"def build():\n    hoard = []\n"
+        b"    while True:\n        hoard.append(bytearray(1 << 24))\n",
+        ["out of memory", "allocate without bound"],
+    ),
+}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nimbus.cli", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def leader(spawn: Spawn) -> Replica:
+    replica = spawn(
+        extra=(
+            *sync_flags(min_replicas=1),
+            "--validate-timeout",
+            "15",
+            "--validate-memory-mib",
+            "512",
+        )
+    )
+    wait_for_agreed_leader([replica], timeout=30)
+    return replica
+
+
+def test_broken_and_hostile_topologies_are_refused_and_the_leader_keeps_serving(
+    leader: Replica, tmp_path: Path, zk_client: KazooClient
+) -> None:
+    for name, (source, words) in BROKEN.items():
+        package = make_package({"topology.py": source}, tmp_path / f"{name}.zip")
+        refused = cli("submit", str(package), "--name", name, "--seeds", leader.address)
+        assert refused.returncode != 0, f"{name} was accepted"
+        for word in words:
+            assert word in refused.stderr, f"{name}: {word!r} not in {refused.stderr!r}"
+        assert leader.proc is not None and leader.proc.poll() is None, "the leader died"
+        assert leader.leader_reply() is not None, f"the leader stopped serving after {name}"
+    # Nothing of any refused topology was written.
+    assert zk_client.get_children(PATHS.storms) == []
+    assert zk_client.get_children(PATHS.names) == []
+    assert zk_client.get_children(PATHS.code_distributor) == []
+
+    # A valid topology is still accepted, and its graph is recorded for describe.
+    good = make_package({"topology.py": MINIMAL_TOPOLOGY}, tmp_path / "good.zip")
+    accepted = cli("submit", str(good), "--name", "good", "--seeds", leader.address)
+    assert accepted.returncode == 0, accepted.stderr
+    shown = json.loads(cli("describe", "good", "--seeds", leader.address, "--json").stdout)
+    assert shown["component_parallelism"] == {"ticks": 1, "print": 1}
