@@ -159,6 +159,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 trials of each fault")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", action="append", default=[], help="a line for the report")
+    parser.add_argument(
+        "--histories", type=Path, default=None, help="also save each fault's history here"
+    )
     args = parser.parse_args()
     trials = 2 if args.quick else args.trials
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
@@ -185,6 +188,17 @@ def main() -> int:
                 session_timeout=args.session_timeout,
             )  # fmt: skip
             results.append(result)
+            if args.histories is not None:
+                args.histories.mkdir(parents=True, exist_ok=True)
+                saved = {
+                    "fault": name,
+                    "session_timeout": result.session_timeout,
+                    "violations": result.violations,
+                    "history": result.history.to_json(),
+                    "logs": result.logs,
+                }
+                target = args.histories / f"{name.replace('/', '_')}.json"
+                target.write_text(json.dumps(saved))
             line = figures(result)
             line["wall_s"] = round(time.monotonic() - began, 1)
             report["faults"][name] = line

@@ -48,6 +48,7 @@ class Fault:
     target: str = ""
     epoch_before: int = 0
     epoch_after: int = 0
+    leader_after: int = -1  # the replica leading once recovered
     recovered: bool = False
     note: str = ""
 

@@ -49,7 +49,12 @@ class Nemesis:
         fault = Fault(kind.name, trial, start=0.0, epoch_before=before.epoch)
         try:
             kind.run(self, fault, before)
+        except Exception as e:  # the nemesis failed, not the service: say so, heal, go on
+            fault.note = f"nemesis error: {e!r}"
+            self.cluster.heal_all()
         finally:
+            if not fault.start:
+                fault.start = self.history.now()
             if not fault.healed:
                 fault.healed = self.history.now()
             self.history.add_fault(fault)
@@ -61,7 +66,8 @@ class Nemesis:
             self.cluster.heal_all()
             return fault
         fault.epoch_after = after.epoch
-        fault.recovered = True
+        fault.leader_after = after.index
+        fault.recovered = not fault.note.startswith("nemesis error")
         return fault
 
     def _wait_writes_after(self, t: float, count: int, timeout: float) -> None:

@@ -2,11 +2,12 @@
 
 A dispatcher starts one call every ``1/rate`` seconds, whatever the calls before it are
 doing, so an outage shows as a gap in successes rather than as fewer attempts. Calls run
-on a fixed set of worker threads, each owning one ``NimbusClient`` (S4 follows one
-client's epochs in order); when every worker is busy riding out an outage, the slot is
-skipped. The mix is submit, kill, submit, ask the leader: every other acknowledged
-submit is killed, so half the topologies stay active for S3, and cheap kills come often
-enough to time an outage even while submits wait for their package check. A new package
+on worker threads, each owning one ``NimbusClient`` (S4 follows one client's epochs in
+order); when every worker of a kind is busy riding out an outage, the slot is skipped.
+Submits and kills have separate workers: a submit can wait seconds for its package check
+and replicas, and must not starve the cheap kills that time an outage. Every other
+acknowledged submit is killed, so half the topologies stay active for S3; with nothing
+new to kill, a kill repeats on a killed topology (still a fenced write). A new package
 (digest) comes every few submits: each new digest costs the leader a validation run.
 Every call carries its own request id so the checkers can find the record it made.
 """
@@ -39,7 +40,7 @@ DEFINITE = {
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 KILL_WAIT_S = 24 * 3600  # killed topologies stay as KILLED records: evidence for S1 and S2
-MIX = ("submit", "kill", "submit", "leader")
+MIX = ("submit", "kill", "kill", "submit", "kill", "leader")
 # The smallest topology the leader's package check accepts (a rate spout to the console).
 TOPOLOGY_PY = b"""from pipeline.api import ConsoleSink, RateSpout, TopologyBuilder
 
@@ -61,9 +62,9 @@ class Workload:
         history: History,
         workdir: Path,
         *,
-        workers: int = 6,
+        workers: int = 4,
         rate: float = 8.0,
-        op_deadline: float = 10.0,
+        op_deadline: float = 12.0,
         submit_timeout: float = 4.0,
         package_every: int = 16,
     ) -> None:
@@ -77,16 +78,20 @@ class Workload:
         self._package_every = package_every
         self._run_id = uuid.uuid4().hex[:6]
         self._stop = threading.Event()
-        self._ops: queue.Queue[Op | None] = queue.Queue()
-        self._idle = threading.Semaphore(workers)
+        # submits on one pool, kills and leader lookups on the other: (queue, idle slots)
+        self._pools = [(queue.Queue[Op | None](), threading.Semaphore(workers)) for _ in "sk"]
         self._to_kill: deque[str] = deque()
+        self._killed: list[str] = []
         self._guard = threading.Lock()
         self._submitted = 0
         self._submitted_ok = 0
         self._package = self._new_package()
         self.skipped = 0
         self._threads = [
-            threading.Thread(target=self._work, args=(w,), name=f"workload-{w}", daemon=True)
+            threading.Thread(
+                target=self._work, args=(p * workers + w, p), name=f"workload-{p}-{w}", daemon=True
+            )
+            for p in range(2)
             for w in range(workers)
         ]
         self._dispatcher = threading.Thread(target=self._dispatch, name="workload", daemon=True)
@@ -100,8 +105,9 @@ class Workload:
     def stop(self) -> None:
         self._stop.set()
         self._dispatcher.join()
-        for _ in self._threads:
-            self._ops.put(None)
+        for ops, _ in self._pools:
+            for _ in range(len(self._threads)):
+                ops.put(None)
         for t in self._threads:
             t.join(timeout=self._deadline + 10)
 
@@ -114,22 +120,29 @@ class Workload:
             kind = MIX[n % len(MIX)]
             n += 1
             next_at = max(next_at + self._period, self._history.now())
-            if not self._idle.acquire(blocking=False):
+            op = self._op(kind, n)
+            ops, idle = self._pools[op[0] != "submit"]
+            if not idle.acquire(blocking=False):
                 self.skipped += 1
                 continue
-            self._ops.put(self._op(kind, n))
+            ops.put(op)
 
     def _op(self, kind: str, n: int) -> Op:
         if kind == "kill":
             with self._guard:
                 if self._to_kill:
-                    return ("kill", self._to_kill.popleft())
+                    name = self._to_kill.popleft()
+                    self._killed.append(name)
+                    return ("kill", name)
+                if self._killed:
+                    return ("kill", self._killed[-1])  # again: idempotent, still a write
             kind = "submit"  # nothing acknowledged to kill yet
         if kind == "submit":
             return ("submit", f"t-{self._run_id}-{n}")
         return ("leader", "")
 
-    def _work(self, worker: int) -> None:
+    def _work(self, worker: int, pool: int) -> None:
+        ops, idle = self._pools[pool]
         client = NimbusClient(
             self._seeds,
             call_timeout=1.0,
@@ -138,7 +151,7 @@ class Workload:
             max_backoff=0.25,
         )
         try:
-            while (op := self._ops.get()) is not None:
+            while (op := ops.get()) is not None:
                 kind, name = op
                 try:
                     if kind == "submit":
@@ -148,7 +161,7 @@ class Workload:
                     else:
                         self._leader(client, worker)
                 finally:
-                    self._idle.release()
+                    idle.release()
         finally:
             client.close()
 
