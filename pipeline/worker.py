@@ -296,7 +296,7 @@ class Worker:
         try:
             topology_run.stop(timeout=FENCED_STOP_TIMEOUT if fenced else STOP_TIMEOUT)
         except PipelineRunError as e:
-            if reason is None:
+            if reason is None and self.claim.publish_refusal() is None:
                 raise
             # The claim ended first: a batch refused by the sink's gate failed the query.
             log.info("%s: the query ended fenced off: %s", self.topology_id, e)
