@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -21,11 +22,21 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.security import make_digest_acl
 
-from fencing import Create, Delete, FencedWriter, FencingError, NotLeaderError, ensure_folders
+from fencing import (
+    Create,
+    Delete,
+    FencedWriter,
+    FencingError,
+    NotLeaderError,
+    WriteConflictError,
+    ensure_folders,
+)
 from nimbus.errors import NimbusError
 from nimbus.security.zkauth import ZkAuth
 
 log = logging.getLogger(__name__)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,256}$")  # a digest user name has no ':'
 
 
 class CredentialsError(NimbusError):
@@ -104,6 +115,7 @@ class CredentialsDuty:
         self._writer = writer
         self._storms = storms
         self._interval = interval
+        self._refused: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="credentials", daemon=True)
 
     def start(self) -> None:
@@ -117,7 +129,18 @@ class CredentialsDuty:
         want = set(self._storms())
         changes: list[str] = []
         for topology_id in sorted(want - have):
-            self._writer.batch([create_op(self._root, self._service, new_credentials(topology_id))])
+            if not _SAFE_ID.match(topology_id):  # not an id we made: no identity for it
+                if topology_id not in self._refused:
+                    self._refused.add(topology_id)
+                    log.warning("no credentials for %r: not a topology id", topology_id)
+                continue
+            try:
+                self._writer.batch(
+                    [create_op(self._root, self._service, new_credentials(topology_id))]
+                )
+            except WriteConflictError as e:  # e.g. made by a previous pass we did not see
+                log.info("credentials of %s not created: %s", topology_id, e)
+                continue
             changes.append(f"credentials of {topology_id} created")
         for topology_id in sorted(have - want):
             self._writer.batch([Delete(credentials_path(self._root, topology_id))])
