@@ -29,6 +29,7 @@ sys.path.insert(0, str(_REPO))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict  # noqa: E402
@@ -38,6 +39,7 @@ from _common import machine_facts, percentile  # noqa: E402
 
 from nimbus.zkserver import ZooKeeperCluster  # noqa: E402
 from tests.chaos.availability import TARGETS, met, window  # noqa: E402
+from tests.chaos.history import Call, Fault, History  # noqa: E402
 from tests.chaos.nemesis import FAULTS  # noqa: E402
 from tests.chaos.runner import RunResult, run_fault  # noqa: E402
 
@@ -129,6 +131,7 @@ def plot(results: list[RunResult], path: Path) -> None:
         for f in result.faults:
             ax.axvspan(f.start, f.healed if f.healed > f.start else f.start + 0.05,
                        color="orange", alpha=0.35, lw=0)  # fmt: skip
+            ax.axvline(f.start, color="darkorange", lw=0.6)
         if h.leadership:
             ts, rs, es = zip(*h.leadership, strict=True)
             ax.scatter(ts, rs, c=es, cmap="tab10", s=4, marker="s")
@@ -151,7 +154,29 @@ def plot(results: list[RunResult], path: Path) -> None:
     plt.close(fig)
 
 
+def load_result(path: Path) -> RunResult:
+    """A fault's run as saved with ``--histories``."""
+    saved = json.loads(path.read_text())
+    history = History(t0=0.0)
+    history.calls = [Call(**c) for c in saved["history"]["calls"]]
+    history.faults = [Fault(**f) for f in saved["history"]["faults"]]
+    history.leadership = [(t, r, e) for t, r, e in saved["history"]["leadership"]]
+    return RunResult(
+        saved["fault"], saved["session_timeout"], history, history.faults, saved["violations"]
+    )
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so replicas and ZooKeeper are stopped on the way out."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def main() -> int:
+    _interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--faults", default=",".join(FAULTS))
@@ -161,6 +186,11 @@ def main() -> int:
     parser.add_argument("--note", action="append", default=[], help="a line for the report")
     parser.add_argument(
         "--histories", type=Path, default=None, help="also save each fault's history here"
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other faults of an earlier chaos.json (and plot them from --histories)",
     )
     args = parser.parse_args()
     trials = 2 if args.quick else args.trials
@@ -176,6 +206,17 @@ def main() -> int:
         "notes": list(args.note),
     }
     results: list[RunResult] = []
+    if args.merge and (args.out / "chaos.json").exists():
+        earlier = json.loads((args.out / "chaos.json").read_text())
+        report["started"] = earlier["started"]
+        report["notes"] = earlier.get("notes", []) + report["notes"]
+        for name, line in earlier["faults"].items():
+            if name in names:
+                continue
+            report["faults"][name] = line
+            saved = (args.histories or Path("/nonexistent")) / f"{name.replace('/', '_')}.json"
+            if saved.exists():
+                results.append(load_result(saved))
     with ZooKeeperCluster(size=3) as zk, tempfile.TemporaryDirectory(prefix="chaos-") as work:
         for name in names:
             if FAULTS[name].needs_root and os.geteuid() != 0:

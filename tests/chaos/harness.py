@@ -297,7 +297,10 @@ class LeadershipSampler:
 
     def _run(self, i: int) -> None:
         while not self._stop.wait(self._interval):
-            reply = self._cluster.reply(i, timeout=0.3)
+            try:
+                reply = self._cluster.reply(i, timeout=1.0)
+            except ValueError:  # its channel was closed by a restart: ask again next turn
+                continue
             if reply is not None and reply.responder_is_leader:
                 with self._lock:
                     self.samples.append((time.monotonic() - self._t0, i, int(reply.epoch)))
