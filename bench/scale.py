@@ -423,14 +423,28 @@ def steps_from_log(text: str, since_wall: float) -> dict[str, float]:
     """Seconds from ``since_wall`` to the first line of each of ``STEPS`` in ``text``."""
     found: dict[str, float] = {}
     for line in text.splitlines():
-        match = _LOG_LINE.match(line)
-        if match is None:
+        parsed = _parse_log_line(line)
+        if parsed is None:
             continue
-        message = match.group(4)
+        stamp, message = parsed
         for step, pattern in STEPS:
             if step not in found and pattern.search(message):
-                found[step] = _log_time(match.group(1)) - since_wall
+                found[step] = _log_time(stamp) - since_wall
     return found
+
+
+def _parse_log_line(line: str) -> tuple[str, str] | None:
+    """(asctime, message) of a text or JSON (``--log-format json``) log line."""
+    if line.startswith("{"):
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(event, dict) and "time" in event and "message" in event:
+            return str(event["time"]), str(event["message"])
+        return None
+    match = _LOG_LINE.match(line)
+    return (match.group(1), match.group(4)) if match else None
 
 
 @dataclass(frozen=True)
