@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -167,6 +168,8 @@ class Worker:
             self._progress = progress
 
     def beat(self) -> None:
+        if self._client.state != KazooState.CONNECTED:
+            return  # kazoo's calls would block until it reconnects; the next beat retries
         with self._lock:
             status, progress = self._status, self._progress
         beat = records.WorkerHeartbeat(
@@ -187,7 +190,19 @@ class Worker:
     def _beat_loop(self) -> None:
         # The worker outlives its supervisor: a restarted one adopts it, and the claim
         # (not the parent process) decides whether it may keep running.
+        disconnected: float | None = None
         while not self._beats_done.wait(self._interval):
+            if self._client.state == KazooState.CONNECTED:
+                disconnected = None
+            elif disconnected is None:
+                disconnected = time.monotonic()
+            elif self.claim.token is None and time.monotonic() - disconnected > (
+                self._session_timeout
+            ):
+                # Before the claim nothing is running or held, and kazoo's reads block
+                # until it reconnects: an orphan cut off for good must not wait forever.
+                log.error("no ZooKeeper for a session timeout before the claim; exiting")
+                os._exit(EXIT_NO_ZOOKEEPER)
             self.beat()
 
     def run(
