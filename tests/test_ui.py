@@ -284,7 +284,7 @@ def test_terms_end_where_the_next_begins_and_only_a_live_holder_is_current() -> 
     assert (orphaned["current"], orphaned["ended_ms"]) == (False, None)
 
 
-def test_a_graph_missing_from_the_record_is_built_from_the_held_package_out_of_process(
+def test_a_graph_missing_from_the_record_is_built_from_the_held_package_sandboxed(
     tmp_path: Path,
 ) -> None:
     store = CodeStore(tmp_path / "code", max_package_bytes=1 << 20)
