@@ -100,8 +100,9 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in report["faults"].items():
-        if "skipped" in f:
-            lines.append(f"| {name} | 0 | - | - | - | - | - | - | {f['skipped']} | - |")
+        if "skipped" in f or "error" in f:
+            why = f.get("skipped") or f"harness error: {f['error'][:120]}"
+            lines.append(f"| {name} | 0 | - | - | - | - | - | - | {why} | - |")
             continue
         v, u, h = f["violations"], f["unavailable_s"], f["after_heal_s"]
         met_text = f"{f['target_met']}/{f['target_applies']}" if f["target_applies"] else "n/a"
@@ -224,10 +225,16 @@ def main() -> int:
                 continue
             began = time.monotonic()
             print(f"{name}: {trials} trials ...", flush=True)
-            result = run_fault(
-                zk, Path(work) / name.replace("/", "_"), name, trials,
-                session_timeout=args.session_timeout,
-            )  # fmt: skip
+            try:
+                result = run_fault(
+                    zk, Path(work) / name.replace("/", "_"), name, trials,
+                    session_timeout=args.session_timeout,
+                )  # fmt: skip
+            except Exception as e:  # the harness failed (e.g. a JVM crashed): say so, go on
+                report["faults"][name] = {"error": repr(e)[:500]}
+                print(f"{name}: harness error {e!r}", flush=True)
+                zk.heal()
+                continue
             results.append(result)
             if args.histories is not None:
                 args.histories.mkdir(parents=True, exist_ok=True)
@@ -249,7 +256,7 @@ def main() -> int:
             write_markdown(report, args.out / "chaos.md")
             plot(results, args.out / "chaos-timeline.png")
             zk.heal()
-    print(json.dumps({n: f.get("violations") for n, f in report["faults"].items()}))
+    print(json.dumps({n: f.get("violations", f) for n, f in report["faults"].items()}))
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from nimbus.api import pb
+from nimbus.errors import ZooKeeperStartError, ZooKeeperUnavailableError
 from nimbus.factory import make_kazoo_client
 from nimbus.faultproxy import FaultProxy, ProxiedEnsemble
 from nimbus.zkserver import ZooKeeperCluster
@@ -256,7 +257,13 @@ class ChaosCluster:
                     node.replica.send(signal.SIGCONT)
             else:
                 node.replica.start()
-        self.zk.heal(timeout)
+        for attempt in range(3):  # a JVM that dies while starting (seen: SIGSEGV) gets retried
+            try:
+                self.zk.heal(timeout)
+                return
+            except (ZooKeeperStartError, ZooKeeperUnavailableError):
+                if attempt == 2:
+                    raise
 
 
 def verified_copies(code_dirs: list[Path], digest: str) -> list[int]:

@@ -50,7 +50,7 @@ class Nemesis:
         try:
             kind.run(self, fault, before)
         except Exception as e:  # the nemesis failed, not the service: say so, heal, go on
-            fault.note = f"nemesis error: {e!r}"
+            fault.note = f"nemesis error: {e!r}"[:2000]
             self.cluster.heal_all()
         finally:
             if not fault.start:
