@@ -61,8 +61,8 @@ def make_grpc_server(
     listen: str,
     *,
     max_workers: int = 16,
-    tls: ServerTls | None = None,
     interceptors: Sequence[grpc.ServerInterceptor[Any, Any]] = (),
+    tls: ServerTls | None = None,
 ) -> tuple[grpc.Server, int]:
     """A gRPC server bound to ``listen`` (``host:port``, port 0 picks a free one).
 
