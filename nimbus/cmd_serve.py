@@ -12,7 +12,6 @@ from typing import Any
 
 from nimbus import logs
 from nimbus.config import NimbusConfig
-from nimbus.daemon import NimbusDaemon
 from nimbus.envargs import add_env_flag
 from nimbus.errors import ConfigError, NimbusError
 from nimbus.malloc import tune_for_streaming
@@ -116,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
         log_context.replica = config.replica_id
+        from nimbus.daemon import NimbusDaemon  # here: every other command skips its imports
+
         daemon = NimbusDaemon(config)
         log_context.epoch = daemon.known_epoch
     except (NimbusError, OSError) as e:

@@ -87,6 +87,11 @@ class Submitter:
                 f"{self._config.max_package_mib:.1f} MiB limit",
             )
         if self._client.exists(self._paths.name(name)):
+            # The first attempt of this very request may have landed since the check above
+            # (its leader published while we were starting): that is its outcome, not a clash.
+            first = self._replay(header.client_request_id, writer)
+            if first is not None:
+                return first
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live")
         chunks = (r.chunk for r in requests if r.WhichOneof("item") == "chunk")
         try:
