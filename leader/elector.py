@@ -242,23 +242,38 @@ class Elector:
             if not reason.startswith("ZooKeeper connection SUSPENDED"):
                 self._release(lock)
                 return
-            # Connection lost: wait to learn whether the session survived.
-            if not self._wait_connected():
-                return
-            if self._session_id() != session or not self._client.exists(lock_node):
-                self._note("session or lock node lost while disconnected; queueing again")
-                self._release(lock)
-                return
-            current, _ = read_leader_epoch(self._client, self._s.root)
-            if current is None or current.epoch != epoch or current.lock_node != lock_node:
-                self._note("leader-epoch no longer names us; queueing again")
-                self._release(lock)
-                return
-            if not self._gate_passes("after reconnecting"):
-                self._release(lock)
+            if not self._term_survived(lock, lock_node, session, epoch):
                 return
             self._note(f"resumed, epoch {epoch}")
             resumed = True
+
+    def _term_survived(self, lock: Lock, lock_node: str, session: int | None, epoch: int) -> bool:
+        """After a dropped connection: True to resume the term; False once it ended (the
+        lock is then released). A ZooKeeper error while checking is more connection
+        trouble, not an ended term nor missing code: wait for the connection and check
+        again, keeping the lock node, so a flapping link or a lost ZooKeeper node does
+        not hand leadership over (and the lock node is never left behind unreleased)."""
+        while True:
+            if not self._wait_connected():
+                return False
+            try:
+                if self._session_id() != session or not self._client.exists(lock_node):
+                    self._note("session or lock node lost while disconnected; queueing again")
+                    self._release(lock)
+                    return False
+                current, _ = read_leader_epoch(self._client, self._s.root)
+                if current is None or current.epoch != epoch or current.lock_node != lock_node:
+                    self._note("leader-epoch no longer names us; queueing again")
+                    self._release(lock)
+                    return False
+                if not self._gate():
+                    self._note("waiting for code (after reconnecting)")
+                    self._release(lock)
+                    return False
+                return True
+            except KazooException as e:
+                self._note(f"checking the term after reconnecting failed: {type(e).__name__}")
+                self._stopping.wait(0.1)
 
     # -- helpers ------------------------------------------------------------------------
 
