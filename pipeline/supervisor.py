@@ -270,12 +270,17 @@ class Supervisor:
         if self._manager.is_alive():
             self._manager.join(timeout=DOWNLOAD_TIMEOUT + 5)
         self._stop_all_workers()
-        try:
-            for path in sorted(self._beats):
-                self._membership.remove(path)
-            self._membership.unregister(self._paths.supervisor(self.id))
-        except (FencingError, KazooException) as e:
-            log.info("could not clean up on stop (the leader will): %s", e)
+        if self.client.state != KazooState.CONNECTED:
+            # kazoo's calls would block until it reconnects: the session's expiry and the
+            # leader clean up instead.
+            log.info("not connected to ZooKeeper: leaving the clean-up to the leader")
+        else:
+            try:
+                for path in sorted(self._beats):
+                    self._membership.remove(path)
+                self._membership.unregister(self._paths.supervisor(self.id))
+            except (FencingError, KazooException) as e:
+                log.info("could not clean up on stop (the leader will): %s", e)
         self.client.stop()
         self.client.close()
 
