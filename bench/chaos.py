@@ -150,7 +150,7 @@ def plot(results: list[RunResult], path: Path) -> None:
         "failed or unknown calls (red)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.25 / len(results)))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
