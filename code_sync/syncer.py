@@ -91,6 +91,7 @@ class CodeSyncer:
         self._holderless_since: dict[str, float] = {}
         self._lag = 0
         self._wake = threading.Event()
+        self._force_pass = False  # the gate found code missing or damaged: look again
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="code-sync", daemon=True)
@@ -171,6 +172,9 @@ class CodeSyncer:
             since = self._holderless_since.setdefault(topology_id, now)
             if now - since < self._code_wait:
                 blocking.append(topology_id)
+        if blocking or damaged:
+            self._force_pass = True
+            self._wake.set()
         return sorted(blocking)
 
     def _digest_of(self, topology_id: str) -> str | None:
@@ -357,16 +361,43 @@ class CodeSyncer:
     def _poke(self, children: list[str]) -> None:
         self._wake.set()
 
+    def _marker(self) -> tuple[int, bool, int, int]:
+        """What a pass depends on from ZooKeeper, in two small round trips: the child
+        versions of ``/storms`` (as the watch-fed cache reflects it), of
+        ``/code-distributor`` (in-flight submissions) and of ``/nimbuses`` (who can serve
+        a download). A topology's digest never changes."""
+        _, cversion, complete = self.storms.snapshot()
+        holders = self._client.exists(self._paths.code_distributor)
+        nimbuses = self._client.exists(self._paths.nimbuses)
+        return (
+            cversion,
+            complete,
+            int(holders.cversion) if holders is not None else -1,
+            int(nimbuses.cversion) if nimbuses is not None else -1,
+        )
+
     def _run(self) -> None:
+        quiet: tuple[int, bool, int, int] | None = None  # marker of the last clean full pass
+        last_full = self._clock()
+        # A full pass anyway now and then: the store's own files are re-checked, and the
+        # garbage collection's clock advances well inside its grace period.
+        full_every = max(self._interval, min(30.0, self._gc_grace / 4))
         while not self._stop.is_set():
             self._wake.wait(self._interval)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
+                marker = self._marker()
+                forced, self._force_pass = self._force_pass, False
+                if marker == quiet and not forced and self._clock() - last_full < full_every:
+                    continue  # nothing changed: a pass over 10,000 topologies would find so
                 report = self.sync_once()
             except KazooException as e:
                 log.info("code sync pass interrupted by ZooKeeper: %s", type(e).__name__)
                 continue
+            last_full = self._clock()
+            clean = not report.failed and not report.missing and not report.downloaded
+            quiet = marker if clean and marker[1] else None
             if report.failed:
                 log.warning("code sync: %s", report.failed)

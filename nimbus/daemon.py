@@ -284,6 +284,7 @@ class NimbusDaemon:
             interval=self.config.schedule_interval,
             heartbeat_timeout=self.config.heartbeat_timeout,
             storms=self.storms.items,
+            subscribe_storms=self.storms.subscribe,
         ).start()
         if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
             CredentialsDuty(

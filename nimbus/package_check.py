@@ -2,7 +2,9 @@
 
 The package is user code: its ``build()`` may loop forever, allocate without bound or
 crash the interpreter. The leader runs ``python -m pipeline.check`` on it in its own
-session (so the whole process group can be killed), with ``RLIMIT_AS`` for memory,
+session (so the whole process group can be killed); the child limits itself before it
+touches the package (no ``preexec_fn``: forking Python code in a process with gRPC
+threads was seen to abort the child), with ``RLIMIT_AS`` for memory,
 ``RLIMIT_CPU`` and a wall-clock deadline for time, ``RLIMIT_FSIZE`` so it cannot fill the
 disk, and its output captured in a file of which only the tail is read, so nothing the
 package does can hang, exhaust or crash the leader. A verdict comes back as
@@ -15,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -62,15 +63,6 @@ class CheckLimits:
 
 def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
     """The topology's components (see ``pipeline.check.describe_graph``) when it is valid."""
-    memory = limits.memory_mib * 1024 * 1024
-    cpu = int(limits.timeout_s) + 1
-
-    def confine() -> None:  # runs in the child between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(REPO_ROOT),
@@ -82,13 +74,23 @@ def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
         tempfile.TemporaryFile() as out,
     ):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.check", str(package.resolve())],
+            [
+                sys.executable,
+                "-m",
+                "pipeline.check",
+                str(package.resolve()),
+                "--memory-mib",
+                str(limits.memory_mib),
+                "--cpu-s",
+                str(int(limits.timeout_s) + 1),
+                "--max-file-bytes",
+                str(MAX_FILE_BYTES),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=workdir,
             env=env,
-            preexec_fn=confine,
             start_new_session=True,
         )
         try:

@@ -8,6 +8,7 @@ session loses the server's watches, so it reloads everything once after one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -46,6 +47,16 @@ class RecordCache(Generic[M]):
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Called after any record changes (from kazoo's event thread; must not block)."""
         self._listeners.append(callback)
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``add_listener`` for a while: returns the function that removes it again."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
 
     # -- queries -----------------------------------------------------------------------
 

@@ -291,9 +291,13 @@ class SchedulerDuty:
         heartbeat_timeout: float,
         clock: Callable[[], float] = time.time,
         storms: Callable[[], dict[str, records.StormBase]] | None = None,
+        subscribe_storms: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
         # ``storms`` is the daemon's watch-fed cache; tests read ZooKeeper directly.
         self._storms = storms or (lambda: read_storms(self._client, self._paths))
+        # With the daemon's cache, its change listener replaces a watch on /storms: a new
+        # watch lists every topology (10,000 names) right when a new leader takes office.
+        self._subscribe_storms = subscribe_storms
         if interval <= 0:
             raise SchedulerError(f"schedule interval must be > 0 seconds, got {interval}")
         if heartbeat_timeout <= interval:
@@ -320,7 +324,13 @@ class SchedulerDuty:
     def start(self) -> None:
         token = self._writer.token
         token.on_cancel(lambda _reason: self._wake.set())
-        for folder in (self._paths.storms, self._paths.supervisors):
+        folders = [self._paths.supervisors]
+        if self._subscribe_storms is None:
+            folders.append(self._paths.storms)
+        else:
+            unsubscribe = self._subscribe_storms(self._wake.set)
+            token.on_cancel(lambda _reason: unsubscribe())
+        for folder in folders:
             ChildrenWatch(self._client, folder, self._on_children)
         self._thread.start()
 

@@ -71,6 +71,8 @@ class Submitter:
         self._counter = 0
         self._counter_lock = threading.Lock()
         self._verdicts: dict[str, list[dict[str, Any]]] = {}  # digest -> graph, for valid ones
+        self._verdicts_guard = threading.Lock()
+        self._checking: dict[str, threading.Lock] = {}  # digest -> the check in progress
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
         writer = self._writer()
@@ -171,9 +173,27 @@ class Submitter:
         ``nimbus.package_check``); the graph it returns is kept in the record."""
         if self._config.validate_timeout == 0:
             return []
-        cached = self._verdicts.get(digest)
-        if cached is not None:
-            return cached  # same bytes, same topology: the check is not redone
+        with self._verdicts_guard:
+            cached = self._verdicts.get(digest)
+            if cached is not None:
+                return cached  # same bytes, same topology: the check is not redone
+            one_at_a_time = self._checking.setdefault(digest, threading.Lock())
+        with one_at_a_time:  # concurrent submits (retries) of one package share one check
+            cached = self._verdicts.get(digest)
+            if cached is not None:
+                return cached
+            try:
+                components = self._run_check(name, digest)
+            finally:
+                with self._verdicts_guard:
+                    self._checking.pop(digest, None)
+            with self._verdicts_guard:
+                if len(self._verdicts) >= VERDICTS_KEPT:
+                    self._verdicts.pop(next(iter(self._verdicts)))
+                self._verdicts[digest] = components
+            return components
+
+    def _run_check(self, name: str, digest: str) -> list[dict[str, Any]]:
         limits = CheckLimits(self._config.validate_timeout, self._config.validate_memory_mib)
         try:
             components = check_package(self._store.path(digest), limits)
@@ -188,9 +208,6 @@ class Submitter:
             raise ApiError(
                 grpc.StatusCode.UNAVAILABLE, f"could not run the topology check: {e}"
             ) from e
-        if len(self._verdicts) >= VERDICTS_KEPT:
-            self._verdicts.pop(next(iter(self._verdicts)))
-        self._verdicts[digest] = components
         return components
 
     def _writer(self) -> FencedWriter:
