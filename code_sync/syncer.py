@@ -273,6 +273,7 @@ class CodeSyncer:
             (tid, self._client.exists_async(self._paths.code_holder(tid, self._id)))
             for tid in unknown
         ]
+        absent: list[str] = []
         for tid, result in pending:
             try:
                 stat = result.get(timeout=30)
@@ -280,6 +281,18 @@ class CodeSyncer:
                 continue  # unknown: the pass writes it, which is idempotent
             if stat is not None:
                 self._registered.add(tid)
+            elif present.get(wanted[tid]):
+                absent.append(tid)
+        if absent:  # held here, not registered yet: register them all at once
+            by_path = {self._paths.code_holder(tid, self._id): tid for tid in absent}
+            try:
+                held = self._membership.hold_many(
+                    [(path, wanted[tid].encode()) for path, tid in by_path.items()]
+                )
+            except (FencingError, KazooException) as e:
+                log.info("could not register holders in bulk (one by one instead): %s", e)
+                return
+            self._registered.update(by_path[path] for path in held)
 
     def _release(self, topology_id: str) -> None:
         try:

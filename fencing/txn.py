@@ -24,6 +24,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol import serialization as ks
 from kazoo.protocol.paths import _prefix_root
 from kazoo.security import OPEN_ACL_UNSAFE
@@ -99,6 +100,15 @@ def commit(client: KazooClient, ops: Sequence[Op], *, timeout: float) -> list[An
     Never retried: a connection loss or timeout raises ``WriteOutcomeUnknown`` because
     the request may have reached the server.
     """
+    return wait(send(client, ops), timeout=timeout)
+
+
+def send(client: KazooClient, ops: Sequence[Op]) -> IAsyncResult:
+    """Queue ``ops`` as one transaction without waiting (``wait`` collects the result).
+
+    Many independent transactions can be in flight at once: ZooKeeper applies them in
+    the order sent, one round trip for all of them.
+    """
     if not ops:
         raise ValueError("a transaction needs at least one operation")
     chroot = client.chroot or ""
@@ -119,8 +129,13 @@ def commit(client: KazooClient, ops: Sequence[Op], *, timeout: float) -> list[An
             payload += _DELETE_HEADER
             payload += ks.Delete(full(op.path), op.version).serialize()
     payload += _END
-    result = client.handler.async_result()
+    result: IAsyncResult = client.handler.async_result()
     client._call(_Multi(bytes(payload)), result)
+    return result
+
+
+def wait(result: IAsyncResult, *, timeout: float) -> list[Any]:
+    """The per-operation results of a transaction ``send`` queued."""
     try:
         results: list[Any] = result.get(timeout=timeout)
     except ConnectionClosedError as e:
