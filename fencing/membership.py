@@ -162,13 +162,7 @@ class Membership:
     def release(self, path: str) -> bool:
         """Delete the caller's own persistent node (see ``hold``); True when deleted."""
         self._require_own(path)
-        try:
-            self._commit([Delete(path)])
-        except WriteConflictError as e:
-            if e.reason == "no-node":
-                return False
-            raise
-        return True
+        return self._delete_if_present(path)
 
     # -- persistent own per-slot nodes (e.g. worker heartbeats) -----------------------
 
@@ -206,6 +200,9 @@ class Membership:
     def remove(self, path: str) -> bool:
         """Delete the caller's own persistent node ``<owner>-<suffix>``; True when deleted."""
         self._require_own_prefixed(path)
+        return self._delete_if_present(path)
+
+    def _delete_if_present(self, path: str) -> bool:
         try:
             self._commit([Delete(path)])
         except WriteConflictError as e:
