@@ -49,6 +49,7 @@ class SyncReport:
     failed: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # topologies in /storms we still lack
+    pending: list[str] = field(default_factory=list)  # in-flight folders with no holder yet
 
 
 class CodeSyncer:
@@ -90,6 +91,7 @@ class CodeSyncer:
         self._orphan_since: dict[str, float] = {}
         self._holderless_since: dict[str, float] = {}
         self._lag = 0
+        self.last_report: SyncReport | None = None  # the latest pass (observability, tests)
         self._wake = threading.Event()
         self._force_pass = False  # the gate found code missing or damaged: look again
         self._stop = threading.Event()
@@ -215,6 +217,9 @@ class CodeSyncer:
         for tid, h in holders.items():
             if h.digest:
                 wanted[tid] = h.digest  # a submission still gathering replicas
+            else:
+                report.pending.append(tid)
+                self._watch_first_holder(tid)
         present: dict[str, bool] = {}
         for digest in set(wanted.values()):
             present[digest] = self.store.has(digest)
@@ -253,6 +258,7 @@ class CodeSyncer:
                     report.failed[topology_id] = f"could not register: {e}"
         self._registered.intersection_update(set(wanted) | set(holders))
         self._collect(storms.keys(), holders, set(wanted.values()), report)
+        self.last_report = report
         lag = len(report.missing)
         if lag != self._lag or report.downloaded or report.registered:
             self._lag = lag
@@ -293,6 +299,31 @@ class CodeSyncer:
                 log.info("could not register holders in bulk (one by one instead): %s", e)
                 return
             self._registered.update(by_path[path] for path in held)
+
+    def _watch_first_holder(self, topology_id: str) -> None:
+        """Force a pass when a holder appears in an in-flight folder seen empty.
+
+        The pass-skipping marker covers ``/code-distributor``'s children, not each
+        folder's: without this, a holder registered just after its folder appeared would
+        wait for the next periodic full pass (up to 30 s: a submission's replication wait).
+        """
+        try:
+            children = self._client.get_children(
+                self._paths.code_holders(topology_id), watch=self._on_holders_changed
+            )
+        except NoNodeError:
+            return
+        except KazooException as e:
+            log.info("cannot watch holders of %s: %s", topology_id, type(e).__name__)
+            self._force_pass = True
+            return
+        if children:  # one arrived between the read and the watch
+            self._force_pass = True
+            self._wake.set()
+
+    def _on_holders_changed(self, event: object) -> None:
+        self._force_pass = True
+        self._wake.set()
 
     def _release(self, topology_id: str) -> None:
         try:

@@ -120,8 +120,17 @@ class Membership:
                     self._commit([Create(path, data)])
                     return
                 except WriteConflictError as e:
-                    if e.reason == "no-node" and parent:
-                        self._client.ensure_path(parent)
+                    if e.reason != "no-node" or not parent:
+                        continue
+                # The folder is missing: create it and the node in one step, so nobody
+                # sees the folder empty (to a code syncer an empty folder is a
+                # submission with no holder yet, and nothing there to fetch).
+                try:
+                    self._commit([Create(parent), Create(path, data)])
+                    return
+                except WriteConflictError as e:
+                    if e.reason == "no-node":
+                        self._client.ensure_path(parent.rsplit("/", 1)[0] or "/")
                     continue
             if data_now == data:
                 return

@@ -1,0 +1,88 @@
+"""The code syncer's pass loop on a real ZooKeeper, in process (downloads from a local store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from code_sync.package import make_package
+from code_sync.store import CodeStore
+from code_sync.syncer import CodeSyncer
+from fencing import Membership
+from leader.paths import Paths
+from nimbus.api import records
+from nimbus.recordcache import RecordCache
+from tests.waiting import wait_until
+
+ROOT = "/storm"
+PATHS = Paths(ROOT)
+
+
+def test_a_holder_registered_just_after_its_folder_appeared_is_replicated_at_once(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The race that once held a resubmission for the whole replication wait (30 s).
+
+    A follower's pass saw ``/code-distributor/<id>`` before the leader's holder node in
+    it; the pass found nothing to fetch, and the next passes were skipped because
+    ``/code-distributor``'s own children had not changed since.
+    """
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+    zk_client.create(PATHS.nimbus("leader"), b"", ephemeral=True)
+    source = CodeStore(tmp_path / "leader", max_package_bytes=1 << 20)
+    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
+    digest = source.write([package.read_bytes()], expected_digest=None).digest
+
+    def fetch(address: str, wanted: str) -> Iterator[bytes]:
+        assert address == "leader"
+        return source.read_chunks(wanted)
+
+    storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+    storms.start()
+    # A full pass on the timer only every 30 s: what a prompt catch-up must not wait for.
+    store = CodeStore(tmp_path / "follower", max_package_bytes=1 << 20)
+    syncer = CodeSyncer(
+        zk_client, ROOT, "follower", store, storms,
+        interval=0.05, gc_grace=600.0, code_wait=30.0, fetch=fetch,
+    )  # fmt: skip
+    syncer.start()
+    try:
+        topology = "wc-1-1"
+        zk_client.create(PATHS.code_holders(topology), b"")
+        wait_until(
+            lambda: syncer.last_report is not None and topology in syncer.last_report.pending,
+            timeout=10,
+            message="a pass that saw the empty folder",
+        )
+        Membership(zk_client, "leader", timeout=5).hold(
+            PATHS.code_holder(topology, "leader"), digest.encode()
+        )
+        wait_until(
+            lambda: zk_client.exists(PATHS.code_holder(topology, "follower")) is not None,
+            timeout=5,
+            message="the follower fetching and registering the package",
+        )
+        assert syncer.store.has(digest)
+    finally:
+        syncer.stop()
+
+
+def test_a_first_holder_creates_its_folder_in_the_same_transaction(
+    zk_client: KazooClient,
+) -> None:
+    """Nobody can see a submission's folder without its first holder in it."""
+    zk_client.ensure_path(PATHS.code_distributor)
+    membership = Membership(zk_client, "leader", timeout=5)
+    membership.hold(PATHS.code_holder("wc-1-1", "leader"), b"d" * 64)
+    _, folder = zk_client.get(PATHS.code_holders("wc-1-1"))
+    _, holder = zk_client.get(PATHS.code_holder("wc-1-1", "leader"))
+    assert folder.czxid == holder.czxid  # one transaction: one zxid
+    # A second holder joins the existing folder; holding again changes nothing.
+    Membership(zk_client, "follower", timeout=5).hold(
+        PATHS.code_holder("wc-1-1", "follower"), b"d" * 64
+    )
+    membership.hold(PATHS.code_holder("wc-1-1", "leader"), b"d" * 64)
+    assert sorted(zk_client.get_children(PATHS.code_holders("wc-1-1"))) == ["follower", "leader"]
