@@ -199,6 +199,10 @@ class NimbusClient:
         )
         return reply
 
+    def cluster_summary(self) -> pb.ClusterSummary:
+        reply: pb.ClusterSummary = self.call_any("GetClusterSummary", pb.GetClusterSummaryRequest())
+        return reply
+
     def call_any(self, method: str, request: Any) -> Any:
         """A read served by every replica; asked of the leader first, for freshness."""
 

@@ -37,6 +37,8 @@ class TopologyApi(Protocol):
 
     def describe(self, name: str) -> pb.TopologyDetail: ...
 
+    def list_supervisors(self) -> list[records.SupervisorInfo]: ...
+
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]: ...
 
 
@@ -86,15 +88,22 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.GetAllNimbusAddressesResponse:
         self._require_fresh(context)
         leader = self._cache.leader()
+        return pb.GetAllNimbusAddressesResponse(
+            leader_epoch=leader.epoch if leader else 0, nimbuses=self._nimbus_infos()
+        )
+
+    def _nimbus_infos(self) -> list[pb.NimbusInfo]:
+        """Every live replica as this replica's watch-fed cache sees it."""
+        leader = self._cache.leader()
         now_ms = int(time.time() * 1000)
-        reply = pb.GetAllNimbusAddressesResponse(leader_epoch=leader.epoch if leader else 0)
+        infos: list[pb.NimbusInfo] = []
         for address, summary in sorted(self._cache.nimbuses().items()):
             if address == self._id:
                 is_leader = self._elector.is_leader()
             else:
                 is_leader = leader is not None and leader.address == address
             host, _, port = address.rpartition(":")
-            reply.nimbuses.append(
+            infos.append(
                 pb.NimbusInfo(
                     address=address,
                     host=host,
@@ -107,7 +116,7 @@ class NimbusServicer(rpc.NimbusServicer):
                     version=summary.version,
                 )
             )
-        return reply
+        return infos
 
     # -- leader only ---------------------------------------------------------------------
 
@@ -163,7 +172,20 @@ class NimbusServicer(rpc.NimbusServicer):
     def GetClusterSummary(
         self, request: pb.GetClusterSummaryRequest, context: grpc.ServicerContext
     ) -> pb.ClusterSummary:
-        self._not_yet(context, "GetClusterSummary")
+        """Storm's ``getClusterInfo``: replicas, supervisors and topologies in one answer."""
+        self._require_fresh(context)
+        api = self._require_api(context, "GetClusterSummary")
+        leader = self._cache.leader()
+
+        def gather() -> pb.ClusterSummary:
+            return pb.ClusterSummary(
+                nimbuses=self._nimbus_infos(),
+                supervisors=api.list_supervisors(),
+                topologies=api.list_topologies().topologies,
+                leader_epoch=leader.epoch if leader else 0,
+            )
+
+        return self._call(context, gather)
 
     def DownloadCode(
         self, request: pb.DownloadCodeRequest, context: grpc.ServicerContext

@@ -1,14 +1,16 @@
-"""``nimbus leader`` and ``nimbus nimbuses``: who leads, who is there."""
+"""``nimbus leader``, ``nimbus nimbuses`` and ``nimbus cluster``: who leads, who is there."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from leader.client import NimbusClient
-from nimbus.api import records
+from nimbus.api import pb, records
+from nimbus.cmd_topology import topology_row
 from nimbus.envargs import add_env_flag
 from nimbus.errors import NimbusError
 from nimbus.security.client import add_client_flags
@@ -28,6 +30,9 @@ def register(sub: Any) -> None:
     q = sub.add_parser("nimbuses", help="list every replica with its role")
     _common(q)
     q.set_defaults(func=run_nimbuses)
+    c = sub.add_parser("cluster", help="replicas, supervisors and topologies in one view")
+    _common(c)
+    c.set_defaults(func=run_cluster)
 
 
 def run_leader(args: argparse.Namespace) -> int:
@@ -61,18 +66,7 @@ def run_nimbuses(args: argparse.Namespace) -> int:
     except (NimbusError, ValueError) as e:
         print(f"nimbus nimbuses: {e}", file=sys.stderr)
         return 1
-    rows = [
-        {
-            "address": n.address,
-            "is_leader": n.is_leader,
-            "role": records.NimbusRole.Name(n.role),
-            "epoch": n.epoch,
-            "uptime_s": round(n.uptime_s, 1),
-            "code_sync_lag": n.code_sync_lag,
-            "version": n.version,
-        }
-        for n in reply.nimbuses
-    ]
+    rows = [_nimbus_row(n) for n in reply.nimbuses]
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -83,4 +77,51 @@ def run_nimbuses(args: argparse.Namespace) -> int:
             f"{r['address']:<24} {r['role']:<9} {r['epoch']:>6} "
             f"{r['uptime_s']:>8}s {r['code_sync_lag']:>4}"
         )
+    return 0
+
+
+def _nimbus_row(n: pb.NimbusInfo) -> dict[str, Any]:
+    return {
+        "address": n.address,
+        "is_leader": n.is_leader,
+        "role": records.NimbusRole.Name(n.role),
+        "epoch": n.epoch,
+        "uptime_s": round(n.uptime_s, 1),
+        "code_sync_lag": n.code_sync_lag,
+        "version": n.version,
+    }
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    try:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
+            reply = client.cluster_summary()
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus cluster: {e}", file=sys.stderr)
+        return 1
+    now_ms = time.time() * 1000
+    view = {
+        "leader_epoch": reply.leader_epoch,
+        "nimbuses": [_nimbus_row(n) for n in reply.nimbuses],
+        "supervisors": [
+            {
+                "id": s.supervisor_id,
+                "host": s.host,
+                "slots_total": s.slots_total,
+                "slots_used": s.slots_used,
+                "heartbeat_age_s": round(max(0.0, now_ms - s.heartbeat_ms) / 1000, 1),
+            }
+            for s in reply.supervisors
+        ],
+        "topologies": [topology_row(t) for t in reply.topologies],
+    }
+    if args.json:
+        print(json.dumps(view))
+        return 0
+    print(f"leader epoch {view['leader_epoch']}")
+    for section in ("nimbuses", "supervisors", "topologies"):
+        rows: list[dict[str, Any]] = view[section]  # type: ignore[assignment]
+        print(f"{section} ({len(rows)})")
+        for row in rows:
+            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
     return 0

@@ -160,6 +160,19 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def topology_row(t: pb.TopologySummary) -> dict[str, Any]:
+    """One topology as ``nimbus list --json`` and ``nimbus cluster --json`` print it."""
+    return {
+        "id": t.id,
+        "name": t.name,
+        "status": records.TopologyStatus.Name(t.status),
+        "epoch": t.epoch,
+        "num_workers": t.num_workers,
+        "code_replicas": len(t.code_replicas),
+        "uptime_s": round(t.uptime_s, 1),
+    }
+
+
 def run_list(args: argparse.Namespace) -> int:
     try:
         with NimbusClient(args.seeds) as client:
@@ -167,18 +180,7 @@ def run_list(args: argparse.Namespace) -> int:
     except (NimbusError, ValueError) as e:
         print(f"nimbus list: {e}", file=sys.stderr)
         return 1
-    rows = [
-        {
-            "id": t.id,
-            "name": t.name,
-            "status": records.TopologyStatus.Name(t.status),
-            "epoch": t.epoch,
-            "num_workers": t.num_workers,
-            "code_replicas": len(t.code_replicas),
-            "uptime_s": round(t.uptime_s, 1),
-        }
-        for t in reply.topologies
-    ]
+    rows = [topology_row(t) for t in reply.topologies]
     if args.json:
         print(json.dumps(rows))
         return 0

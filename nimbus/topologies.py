@@ -1,7 +1,8 @@
-"""Read-only views of topologies for ``ListTopologies`` and ``GetTopology`` (any replica)."""
+"""Read-only views for ``ListTopologies``, ``GetTopology``, ``GetClusterSummary`` (any replica)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TypeVar
 
@@ -15,6 +16,8 @@ from leader.paths import Paths, worker_name
 from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.names import check_name
+
+log = logging.getLogger(__name__)
 
 
 def _summary(
@@ -49,6 +52,25 @@ def list_topologies(client: KazooClient, root: str) -> pb.ListTopologiesResponse
             _summary(client, paths, tid, base, live) for tid, base in sorted(storms.items())
         ]
     )
+
+
+def list_supervisors(client: KazooClient, root: str) -> list[records.SupervisorInfo]:
+    """Every registered supervisor, by id; a damaged record is reported and skipped."""
+    paths = Paths(root)
+    try:
+        ids = sorted(client.get_children(paths.supervisors))
+    except NoNodeError:
+        return []
+    found: list[records.SupervisorInfo] = []
+    for sid in ids:
+        try:
+            data, _ = client.get(paths.supervisor(sid))
+            found.append(records.SupervisorInfo.FromString(data))
+        except NoNodeError:
+            continue  # gone while we listed
+        except DecodeError:
+            log.warning("skipping damaged record %s", paths.supervisor(sid))
+    return found
 
 
 def describe(client: KazooClient, root: str, name: str) -> pb.TopologyDetail:

@@ -10,7 +10,7 @@ from kazoo.client import KazooClient
 from code_sync.errors import PackageNotFound, StoreError
 from code_sync.store import CodeStore
 from nimbus import topologies
-from nimbus.api import pb
+from nimbus.api import pb, records
 from nimbus.apierror import ApiError
 from nimbus.lifecycle import Lifecycle
 from nimbus.names import check_digest
@@ -46,6 +46,9 @@ class DaemonTopologyApi:
 
     def describe(self, name: str) -> pb.TopologyDetail:
         return topologies.describe(self._client, self._root, name)
+
+    def list_supervisors(self) -> list[records.SupervisorInfo]:
+        return topologies.list_supervisors(self._client, self._root)
 
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]:
         check_digest(digest)

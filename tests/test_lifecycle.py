@@ -58,6 +58,14 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
         assert done.returncode == 0, done.stderr
         listed = ok_json("list", "--seeds", seeds)
         assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]  # type: ignore[index, union-attr]
+        for address in addresses:  # GetClusterSummary: the same picture from every replica
+            view = ok_json("cluster", "--seeds", address)
+            assert isinstance(view, dict)
+            assert sorted(n["address"] for n in view["nimbuses"]) == addresses
+            assert [n["is_leader"] for n in view["nimbuses"]].count(True) == 1
+            assert len(view["supervisors"]) == 1 and view["supervisors"][0]["slots_total"] > 0
+            assert [(t["name"], t["status"]) for t in view["topologies"]] == [("wc", "ACTIVE")]
+            assert view["leader_epoch"] >= 1
 
         def everywhere() -> set[str]:
             return {

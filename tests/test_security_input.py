@@ -269,6 +269,8 @@ def serving(replica: Replica) -> None:
     reply = replica.stub().GetAllNimbusAddresses(pb.GetAllNimbusAddressesRequest(), timeout=5)
     assert replica.address in [n.address for n in reply.nimbuses]  # others may be forged
     replica.stub().ListTopologies(pb.ListTopologiesRequest(), timeout=5)
+    summary = replica.stub().GetClusterSummary(pb.GetClusterSummaryRequest(), timeout=5)
+    assert replica.address in [n.address for n in summary.nimbuses]
 
 
 def test_fuzz_request_handlers_on_a_real_replica(spawn: Spawn, tmp_path: Path) -> None:
