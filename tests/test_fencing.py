@@ -300,7 +300,12 @@ def test_a_write_in_flight_when_the_link_drops_is_unknown_and_never_applied_late
     proxy, client, _ = _proxied_client(zk_server, zk_hosts)
     try:
         states: list[str] = []
-        client.add_listener(lambda s: states.append(s) or False)
+
+        def on_state(state: str) -> bool:
+            states.append(state)
+            return False
+
+        client.add_listener(on_state)
         lock, token = _lead(client)
         client.ensure_path(f"{ROOT}/data")
         writer = FencedWriter(client, token, timeout=1.0)
@@ -358,4 +363,5 @@ def test_a_lost_reply_is_unknown_even_though_the_write_landed(
 
 def test_ops_are_plain_values() -> None:
     assert SetData("/a", b"x", 3) == SetData("/a", b"x", 3)
-    assert Check("/a") != Delete("/a")
+    different: list[object] = [Check("/a"), Delete("/a")]
+    assert different[0] != different[1]

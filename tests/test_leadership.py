@@ -131,7 +131,7 @@ def test_followers_redirect_leader_only_calls_and_the_client_follows(spawn: obje
     with pytest.raises(grpc.RpcError) as raw:
         follower.stub().KillTopology(pb.KillTopologyRequest(name="wc"), timeout=5)
     assert raw.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    trailing = {m.key: m.value for m in raw.value.trailing_metadata()}  # type: ignore[attr-defined]
+    trailing: dict[str, object] = {m.key: m.value for m in raw.value.trailing_metadata()}
     assert trailing[LEADER_METADATA_KEY] == leader.replica_id
     with NimbusClient([follower.address]) as client:
         # Reaching the leader shows as its answer: no topology of that name.
@@ -172,7 +172,13 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
     cache = LeaderCache(zk_client, ROOT)
     cache.start()
     named: list[str] = []
-    cache.add_listener(lambda: named.append(cache.leader().address) if cache.leader() else None)
+
+    def on_change() -> None:
+        leader = cache.leader()
+        if leader is not None:
+            named.append(leader.address)
+
+    cache.add_listener(on_change)
     elector = Elector(
         zk_client,
         ElectorSettings(
@@ -215,7 +221,7 @@ def test_the_client_ignores_a_lagging_replicas_older_epoch() -> None:
     addresses = []
     for epoch in (5, 3):
         server = grpc.server(futures.ThreadPoolExecutor(2))
-        rpc.add_NimbusServicer_to_server(Fixed(epoch), server)
+        rpc.add_NimbusServicer_to_server(Fixed(epoch), server)  # type: ignore[abstract]
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         servers.append(server)

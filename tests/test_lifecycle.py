@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -31,7 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def ok_json(*args: str) -> object:
+def ok_json(*args: str) -> Any:
     done = cli(*args, "--json")
     assert done.returncode == 0, f"{args}: {done.stderr}"
     return json.loads(done.stdout)
@@ -57,7 +58,7 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
         done = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
         assert done.returncode == 0, done.stderr
         listed = ok_json("list", "--seeds", seeds)
-        assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]  # type: ignore[index, union-attr]
+        assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]
         for address in addresses:  # GetClusterSummary: the same picture from every replica
             view = ok_json("cluster", "--seeds", address)
             assert isinstance(view, dict)
@@ -68,10 +69,7 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             assert view["leader_epoch"] >= 1
 
         def everywhere() -> set[str]:
-            return {
-                str(ok_json("describe", "wc", "--seeds", a)["status"])  # type: ignore[index]
-                for a in addresses
-            }
+            return {str(ok_json("describe", "wc", "--seeds", a)["status"]) for a in addresses}
 
         for action, expected in (
             (("deactivate", "wc"), "INACTIVE"),
@@ -79,17 +77,17 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             (("rebalance", "wc", "--workers", "3", "--wait", "6"), "REBALANCING"),
         ):
             reply = ok_json(*action, "--seeds", seeds)
-            assert reply["status"] == expected  # type: ignore[index]
+            assert reply["status"] == expected
             assert everywhere() == {expected}
         wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
         shown = ok_json("describe", "wc", "--seeds", seeds)
-        assert shown["num_workers"] == 3  # type: ignore[index]
+        assert shown["num_workers"] == 3
         wait_until(
-            lambda: len(ok_json("describe", "wc", "--seeds", seeds)["workers"]) == 3,  # type: ignore[index, arg-type]
+            lambda: len(ok_json("describe", "wc", "--seeds", seeds)["workers"]) == 3,
             timeout=30,
         )
         killed = ok_json("kill", "wc", "--wait", "1", "--seeds", seeds)
-        assert killed["status"] == "KILLED"  # type: ignore[index]
+        assert killed["status"] == "KILLED"
         wait_until(lambda: ok_json("list", "--seeds", seeds) == [], timeout=20)
         gone = cli("describe", "wc", "--seeds", seeds)
         assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr

@@ -52,7 +52,7 @@ def code(fn: object) -> grpc.StatusCode | None:
     try:
         fn()  # type: ignore[operator]
     except grpc.RpcError as e:
-        return e.code()  # type: ignore[no-any-return]
+        return e.code()
     return None
 
 

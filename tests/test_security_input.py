@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from code_sync.errors import PackageRejected
 from code_sync.package import check_package_bytes
@@ -280,7 +280,7 @@ def test_fuzz_request_handlers_on_a_real_replica(spawn: Spawn, tmp_path: Path) -
         submit(client, package(tmp_path, "wc")[0], "wc")
     stub = replica.stub()
     raw = {
-        m: replica.channel().unary_unary(f"/storm.nimbus.v1.Nimbus/{m}")
+        m: replica.channel().unary_unary(f"/storm.nimbus.v1.Nimbus/{m}", None, None)
         for m in ("KillTopology", "RebalanceTopology", "GetTopology", "GetLeaderAddress")
     }
 
@@ -325,10 +325,20 @@ def test_corrupt_records_are_reported_and_skipped_by_a_real_replica(
     ]
 
     def put(path: str, data: bytes) -> None:
-        try:
-            zk_client.create(path, data, makepath=True)
-        except NodeExistsError:
-            zk_client.set(path, data)
+        # The leader legitimately removes some of these (the assignment and heartbeats
+        # of a topology not in /storms), possibly between our create and set.
+        for _ in range(20):
+            try:
+                zk_client.create(path, data, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                zk_client.set(path, data)
+                return
+            except NoNodeError:
+                continue
+        raise AssertionError(f"could not write {path}: it keeps appearing and vanishing")
 
     for path in targets:  # surely damaged: a truncated varint
         put(path, b"\x08\xff\xff")

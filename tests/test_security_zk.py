@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -114,14 +115,14 @@ def test_without_the_service_credentials_nothing_under_the_root_changes(
         attempts = 0
         for client in (stranger, impostor):
             for node in nodes:
-                calls = [
-                    lambda n=node, c=client: c.create(f"{n}/stranger", PAYLOAD),
-                    lambda n=node, c=client: c.set(n, PAYLOAD),
-                    lambda n=node, c=client: c.set_acls(n, [make_acl("world", "anyone", all=True)]),
-                    lambda n=node, c=client: c.get(n),
+                calls: list[Callable[[], object]] = [
+                    partial(client.create, f"{node}/stranger", PAYLOAD),
+                    partial(client.set, node, PAYLOAD),
+                    partial(client.set_acls, node, [make_acl("world", "anyone", all=True)]),
+                    partial(client.get, node),
                 ]
                 if node != ROOT:  # the root's own parent is not the service's
-                    calls.append(lambda n=node, c=client: c.delete(n))
+                    calls.append(partial(client.delete, node))
                 for call in calls:
                     with pytest.raises(NoAuthError):
                         call()
@@ -161,7 +162,7 @@ def test_credentials_nodes_are_readable_only_by_their_topology_even_when_world_r
     stranger = connect(zk_hosts)
     clients.extend([service, stranger])
     for tid in (a, b):
-        wait_until(lambda t=tid: service.exists(credentials_path(ROOT, t)), 20)
+        wait_until(partial(service.exists, credentials_path(ROOT, tid)), 20)
 
     # World-readable: anyone may look, nobody else may touch.
     assert set(stranger.get_children(PATHS.storms)) == {a, b}

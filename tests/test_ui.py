@@ -7,6 +7,7 @@ The page is read the way a person reads it: by what it shows.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -65,6 +66,11 @@ def _get(url: str) -> tuple[int, Any]:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as e:
         return e.code, None
+
+
+def _leader_of(url: str) -> dict[str, Any] | None:
+    leader: dict[str, Any] | None = (_get(url + "api/v1/cluster")[1] or {}).get("leader")
+    return leader
 
 
 def _post_status(url: str) -> int:
@@ -234,7 +240,12 @@ def test_nimbus_dev_prints_a_web_ui_address_per_replica_that_serves_the_cluster(
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     out = proc.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in out], daemon=True).start()
+
+    def pump() -> None:
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     seen: list[str] = []
 
     def running() -> bool:
@@ -250,10 +261,8 @@ def test_nimbus_dev_prints_a_web_ui_address_per_replica_that_serves_the_cluster(
         leader = re.search(r"^leader: (\S+) \(epoch (\d+)\)", "".join(seen), re.M)
         assert leader is not None, "".join(seen)
         for url in urls:
-            cluster = wait_until(
-                lambda url=url: (_get(url + "api/v1/cluster")[1] or {}).get("leader"),
-                timeout=30,
-            )
+            cluster = wait_until(functools.partial(_leader_of, url), timeout=30)
+            assert cluster is not None
             assert (cluster["address"], cluster["epoch"]) == (leader[1], int(leader[2]))
             with urllib.request.urlopen(url, timeout=5) as page:
                 assert b'<main id="main">' in page.read()
