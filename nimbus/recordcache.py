@@ -2,8 +2,12 @@
 
 Leader duties and the code sync run every second; re-reading 10,000 records each time
 would swamp ZooKeeper and slow the very first write after a failover. This cache reads
-each record once (pipelined, asynchronously) and again only when its watch fires. A new
-session loses the server's watches, so it reloads everything once after one.
+each record once (pipelined, asynchronously) and again only when its watch fires.
+
+Any disconnect loses the watches, not only a new session: kazoo drops every watcher when
+the connection goes (a NONE event) and does not restore them on reconnect (no
+SetWatches). So after every reconnect the cache lists the folder and reads every record
+again; a record whose read failed on the way keeps its last value until then.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ class RecordCache(Generic[M]):
         self._children: set[str] = set()
         self._pending = 0
         self._loaded = threading.Condition(self._guard)
-        self._session_lost = False
+        self._watches_lost = False  # a disconnect since the last full reload
+        self._failed: set[str] = set()  # reads that failed on a dropped connection
         self._listeners: list[Callable[[], None]] = []
         self._cversion = -1  # the folder's child version our ``_children`` reflect
         self._relist = False  # a listing failed on a connection that then came back
@@ -80,7 +85,8 @@ class RecordCache(Generic[M]):
         ``cversion`` knows the children are exactly these, without listing 10,000 of them.
         """
         with self._guard:
-            return frozenset(self._children), self._cversion, self._pending == 0
+            complete = self._pending == 0 and not self._failed
+            return frozenset(self._children), self._cversion, complete
 
     def wait_loaded(self, timeout: float) -> bool:
         """Block until every child seen so far has been read once."""
@@ -90,18 +96,15 @@ class RecordCache(Generic[M]):
     # -- watch plumbing (kazoo's threads) -------------------------------------------------
 
     def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
-            self._session_lost = True
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            # The new session has none of our watches: list the folder and read every
-            # record again (from kazoo's thread: only send requests, never wait here).
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            self._watches_lost = True
+        elif state == KazooState.CONNECTED and (self._watches_lost or self._relist):
+            self._watches_lost = self._relist = False
+            # None of our watches survived: list the folder and read every record again
+            # (from kazoo's thread: only send requests, never wait here).
             self._watch_children()
             for name in self.names():
                 self._load(name)
-        elif state == KazooState.CONNECTED and self._relist:
-            self._relist = False
-            self._watch_children()
 
     def _watch_children(self) -> None:
         """List the folder and leave a child watch; the watch re-lists (and re-arms)."""
@@ -139,6 +142,7 @@ class RecordCache(Generic[M]):
             self._children = current
             for name in removed:
                 self._records.pop(name, None)
+                self._failed.discard(name)
         for name in added:
             self._load(name)
         if removed:
@@ -152,6 +156,7 @@ class RecordCache(Generic[M]):
         result.rawlink(lambda r: self._loaded_one(name, r))
 
     def _loaded_one(self, name: str, result: IAsyncResult) -> None:
+        failed = False
         try:
             data, stat = result.get_nowait()
             record: M | None = self._parse(data)
@@ -160,14 +165,20 @@ class RecordCache(Generic[M]):
         except DecodeError:
             log.warning("skipping damaged record %s/%s", self._folder, name)
             record = None
-        except Exception as e:  # connection trouble: the session reload will retry
+        except Exception as e:  # connection trouble: the reload after reconnecting retries
             log.info("could not read %s/%s: %s", self._folder, name, e)
-            record = None
+            record, failed = None, True
         with self._guard:
-            if record is not None and name in self._children:
+            if failed:
+                # Unknown is not gone: a leader duty that took a missing record for a
+                # removed topology would delete its assignment. Keep the last value.
+                self._failed.add(name)
+            elif record is not None and name in self._children:
                 self._records[name] = (record, int(stat.version))
+                self._failed.discard(name)
             else:
                 self._records.pop(name, None)
+                self._failed.discard(name)
             self._pending -= 1
             self._loaded.notify_all()
         self._notify()

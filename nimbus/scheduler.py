@@ -437,6 +437,12 @@ class SchedulerDuty:
 
     def _remove(self, tid: str, version: int, base: records.StormBase | None) -> list[str]:
         why = "killed" if base is not None else "no longer in /storms"
+        if base is None and self._client.exists(self._paths.storm(tid)) is not None:
+            # Our view lacks a record that is there (a read lost to a disconnect): never
+            # take a live topology's slots on a stale view. Ids are never reused, so a
+            # storm found absent here stays absent and the delete below is safe.
+            log.info("keeping the assignment of %s: its record is there, not yet read", tid)
+            return []
         try:
             self._writer.delete(self._paths.assignment(tid), version=version)
             self._writer.delete_recursive(self._paths.workerbeats_of(tid))

@@ -31,6 +31,7 @@ from fencing import (
     WriteConflictError,
     ensure_folders,
 )
+from leader.paths import Paths
 from nimbus.errors import NimbusError
 from nimbus.security.zkauth import ZkAuth
 
@@ -143,6 +144,8 @@ class CredentialsDuty:
                 continue
             changes.append(f"credentials of {topology_id} created")
         for topology_id in sorted(have - want):
+            if self._client.exists(Paths(self._root).storm(topology_id)) is not None:
+                continue  # in /storms but not in our view yet (a read lost to a disconnect)
             self._writer.batch([Delete(credentials_path(self._root, topology_id))])
             changes.append(f"credentials of {topology_id} removed")
         return changes
