@@ -52,7 +52,7 @@ PATHS = Paths(ROOT)
 # Supervisors' and workers' ZooKeeper sessions: a SIGKILLed supervisor must be back
 # within one (it takes seconds to start on a loaded machine) or its node goes.
 SESSION = 8.0
-SILENCE = 10.0  # the leader moves a slot whose worker or supervisor was silent this long
+SILENCE = 15.0  # the leader moves a slot whose worker or supervisor was silent this long
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\d+) ")
 
 

@@ -105,14 +105,15 @@ def test_cut_from_zookeeper_stops_leading_before_expiry_and_resumes_same_epoch(
     proxy = FaultProxy(host, int(port))
     proxy.start()
     try:
-        # 6 s session: the lease ends at 4 s, ZooKeeper would expire the session at 6 s.
-        replica = spawn(zookeeper=f"{proxy.address}{chroot}", session_timeout=6.0)  # type: ignore[operator]
+        # 12 s session: the lease ends at 8 s, ZooKeeper would expire the session at 12 s,
+        # which leaves the test 4 s to see NOT_SERVING and heal the link, even when loaded.
+        replica = spawn(zookeeper=f"{proxy.address}{chroot}", session_timeout=12.0)  # type: ignore[operator]
         first = wait_for_agreed_leader([replica], timeout=30)
         lock_node = records.LeaderEpoch.FromString(
             zk_client.get(Paths(ROOT).leader_epoch)[0]
         ).lock_node
         proxy.blackhole()
-        wait_until(lambda: replica.health("nimbus.leader") == "NOT_SERVING", timeout=10)
+        wait_until(lambda: replica.health("nimbus.leader") == "NOT_SERVING", timeout=15)
         # It stopped leading while its session (and lock node) still lived.
         assert zk_client.exists(lock_node) is not None
         proxy.pass_through()

@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from leader.client import NimbusCallError, NimbusClient
 from leader.paths import Paths
-from nimbus.api import pb, records
+from nimbus.api import pb, records, rpc
 from nimbus.zkserver import free_ports
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
@@ -68,13 +68,21 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             assert [(t["name"], t["status"]) for t in view["topologies"]] == [("wc", "ACTIVE")]
             assert view["leader_epoch"] >= 1
 
+        stubs = [rpc.NimbusStub(grpc.insecure_channel(a)) for a in addresses]
+
         def everywhere() -> set[str]:
-            return {str(ok_json("describe", "wc", "--seeds", a)["status"]) for a in addresses}
+            """The status each replica itself reports (in process: three CLI runs take
+            seconds on a loaded box, longer than a short rebalance wait)."""
+            request = pb.GetTopologyRequest(name="wc")
+            return {
+                records.TopologyStatus.Name(s.GetTopology(request, timeout=10).summary.status)
+                for s in stubs
+            }
 
         for action, expected in (
             (("deactivate", "wc"), "INACTIVE"),
             (("activate", "wc"), "ACTIVE"),
-            (("rebalance", "wc", "--workers", "3", "--wait", "6"), "REBALANCING"),
+            (("rebalance", "wc", "--workers", "3", "--wait", "10"), "REBALANCING"),
         ):
             reply = ok_json(*action, "--seeds", seeds)
             assert reply["status"] == expected

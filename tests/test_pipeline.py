@@ -425,8 +425,10 @@ def test_a_continuous_run_stops_between_micro_batches(
     builder.set_bolt("split", Split("sentence")).local_grouping("s")
     builder.set_bolt("count", RunningCount("word")).fields_grouping("split", "word")
     builder.set_bolt("out", FileSink(out)).global_grouping("count")
+    # 2 s between triggers: a stateful batch on a loaded 2-core box can take longer than
+    # a shorter interval, and back-to-back batches leave no idle moment to stop in.
     running = run(
-        builder.build(), spark, tmp_path / "checkpoint", trigger="continuous", interval=0.5
+        builder.build(), spark, tmp_path / "checkpoint", trigger="continuous", interval=2.0
     )
     deadline = time.monotonic() + RUN_TIMEOUT
     while running.is_active and len(read_batches(out)) < 2 and time.monotonic() < deadline:

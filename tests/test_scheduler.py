@@ -426,7 +426,8 @@ def test_a_paused_supervisor_is_judged_by_its_heartbeats_before_its_session_ends
     _, writer = lead(zk_client, "leader:1")
     wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
     add_topology(writer, "wc", 2)
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=1.5)
+    # 3 s: well past a loaded machine's stall of the live sup-a, well inside the 8 s session.
+    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=3.0)
 
     def after_a_pass(check: Callable[[], bool]) -> Callable[[], bool]:
         return lambda: (duty.run_once(), check())[1]

@@ -315,7 +315,9 @@ def test_a_graph_missing_from_the_record_is_built_from_the_held_package_sandboxe
         ready = wait_until(
             lambda: graphs.get(digests["wordcount"])["status"] == "ready", timeout=60
         )
-        assert ready and changed.is_set()
+        assert ready
+        # "ready" is published just before the callback runs.
+        wait_until(changed.is_set, timeout=5, message="the on_ready callback")
         components = graphs.get(digests["wordcount"])["components"]
         shape = [(c["name"], c["kind"], [i["grouping"] for i in c["inputs"]]) for c in components]
         assert shape == [

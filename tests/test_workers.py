@@ -138,7 +138,12 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
         stopped = cli("kill", "wordcount", "--seeds", seeds, "--wait", "0")
         assert stopped.returncode == 0, stopped.stderr
         wait_until(lambda: not alive(restarted), timeout=60, message="the worker to exit")
-        assert "stopped (exit code 0)" in log_path.read_text(), "it stopped cleanly"
+        # The supervisor logs the exit just after reaping the process: wait for the line.
+        wait_until(
+            lambda: "stopped (exit code 0)" in log_path.read_text(),
+            timeout=10,
+            message="the supervisor to log a clean stop",
+        )
         assert metric(metrics_port, "nimbus_supervisor_workers_running") == 0
         assert output_counts(out) == counted(first + second + third)
     finally:

@@ -258,16 +258,18 @@ def test_blackholed_client_suspends_then_resumes_the_same_session(
         raise AssertionError(f"no {state} within {timeout} s")
 
     with FaultProxy(host, int(port)) as proxy:
-        client = make_kazoo_client(f"{proxy.address}{chroot}", session_timeout=2.0)
+        # 8 s: the reconnect must land before the server expires the session, and on a
+        # loaded 2-core box the test thread may wake a second or more late.
+        client = make_kazoo_client(f"{proxy.address}{chroot}", session_timeout=8.0)
         client.add_listener(states.put)
         client.start(timeout=20)
         try:
             expect(KazooState.CONNECTED, 5)
             session_id = client.client_id[0]
             proxy.blackhole()
-            expect(KazooState.SUSPENDED, 5)
+            expect(KazooState.SUSPENDED, 12)
             proxy.pass_through()
-            expect(KazooState.CONNECTED, 5)
+            expect(KazooState.CONNECTED, 8)
             assert client.client_id[0] == session_id
             client.create("/after-the-cut", b"ok")
             assert client.get("/after-the-cut")[0] == b"ok"
