@@ -71,15 +71,20 @@ def make_grpc_server(
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-        options=_channel_options(),
+        # gRPC sets SO_REUSEPORT by default: a second replica started on a port in use
+        # would silently share it (clients reaching either at random). Refuse instead.
+        options=[*_channel_options(), ("grpc.so_reuseport", 0)],
         interceptors=list(interceptors),
     )
-    if tls is not None:
-        port = server.add_secure_port(listen, tls.credentials())
-    else:
-        port = server.add_insecure_port(listen)
+    try:
+        if tls is not None:
+            port = server.add_secure_port(listen, tls.credentials())
+        else:
+            port = server.add_insecure_port(listen)
+    except RuntimeError as e:  # newer grpcio raises where older ones returned 0
+        raise OSError(f"could not bind the gRPC server to {listen} (in use?): {e}") from e
     if port == 0:
-        raise OSError(f"could not bind gRPC server to {listen}")
+        raise OSError(f"could not bind the gRPC server to {listen} (in use?)")
     return server, port
 
 
