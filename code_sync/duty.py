@@ -74,25 +74,41 @@ class CodeMissingDuty:
                 continue
             if base.status != records.CODE_MISSING and not held:
                 if self._syncer.code_abandoned(topology_id):
-                    self._set_status(topology_id, records.CODE_MISSING)
+                    if not self._set_status(topology_id, records.CODE_MISSING):
+                        continue
                     self._record_error(
                         topology_id,
                         f"no live replica has held the code of {topology_id} "
                         f"(digest {base.digest[:12]}); marked CODE_MISSING",
                     )
                     changes.append(f"{topology_id}: CODE_MISSING")
-            elif base.status == records.CODE_MISSING and held:
-                self._set_status(topology_id, records.ACTIVE)
+            elif (
+                base.status == records.CODE_MISSING
+                and held
+                and self._set_status(topology_id, records.ACTIVE)
+            ):
                 changes.append(f"{topology_id}: ACTIVE again")
         return changes
 
-    def _set_status(self, topology_id: str, status: int) -> None:
+    def _set_status(self, topology_id: str, status: int) -> bool:
+        """Change the status on the record as it is now, not as the cache saw it: a kill
+        that landed meanwhile must not be undone. False when the record said otherwise."""
+        changed = False
+
         def mutate(base: records.StormBase) -> None:
-            base.status = status  # type: ignore[assignment]
+            nonlocal changed
+            if status == records.CODE_MISSING:
+                allowed = base.status not in (records.KILLED, records.CODE_MISSING)
+            else:
+                allowed = base.status == records.CODE_MISSING
+            changed = allowed  # the last attempt's answer is the one written
+            if allowed:
+                base.status = status  # type: ignore[assignment]
 
         self._writer.update_record(
             self._paths.storm(topology_id), records.StormBase.FromString, mutate
         )
+        return changed
 
     def _record_error(self, topology_id: str, message: str) -> None:
         folder = f"{self._paths.errors}/{topology_id}/{COMPONENT}"

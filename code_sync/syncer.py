@@ -396,9 +396,11 @@ class CodeSyncer:
     # -- internals -----------------------------------------------------------------------------
 
     def _read_holder_names(self, topology_id: str) -> list[str]:
+        """Holders registered for a topology; connection trouble propagates (it must not
+        read as "nobody holds it", which could let the code gate pass without the code)."""
         try:
             names: list[str] = self._client.get_children(self._paths.code_holders(topology_id))
-        except KazooException:
+        except NoNodeError:
             return []
         return names
 

@@ -211,6 +211,34 @@ class Membership:
         self._require_own_prefixed(path)
         return self._delete_if_present(path)
 
+    # -- this session's own ephemeral nodes, whatever their names --------------------------
+
+    def drop_session_nodes(self, folder: str) -> list[str]:
+        """Delete the ephemeral children of ``folder`` owned by this very session.
+
+        For queue nodes named by a recipe (a lock's ``<uuid>__lock__<seq>``): one left
+        behind by a release that failed on a dropped connection would sit ahead of this
+        session's next contender, which would then wait on itself for ever. Each delete
+        names the version it saw, so a node that changed hands is left alone.
+        """
+        session = self._session_id()
+        try:
+            names = self._client.get_children(folder)
+        except NoNodeError:
+            return []
+        dropped: list[str] = []
+        for name in names:
+            path = f"{folder}/{name}"
+            stat = self._client.exists(path)
+            if stat is None or stat.ephemeralOwner != session:
+                continue
+            try:
+                self._commit([Delete(path, stat.version)])
+            except WriteConflictError:
+                continue
+            dropped.append(name)
+        return dropped
+
     def _delete_if_present(self, path: str) -> bool:
         try:
             self._commit([Delete(path)])

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import CancelledError, KazooException
+from kazoo.exceptions import CancelledError, ConnectionLoss, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
-from fencing import FencedWriter, LeadershipToken, NotLeaderError, WriteOutcomeUnknown
+from fencing import FencedWriter, LeadershipToken, Membership, NotLeaderError, WriteOutcomeUnknown
 from fencing.office import prune_epochs, read_leader_epoch, take_office
 from leader.lease import Heartbeat, Lease
 from leader.paths import Paths
@@ -173,6 +173,11 @@ class Elector:
             return
         if not self._gate_passes("before queueing"):
             return
+        # A node of ours still queued (its release failed on a dropped connection) would
+        # sit ahead of the new one: we would wait on ourselves, and everyone behind us.
+        own = Membership(self._client, self._s.replica_id, timeout=self._s.session_timeout)
+        for name in own.drop_session_nodes(self._paths.leader_lock):
+            self._note(f"dropped our own leftover lock node {name}")
         lock = Lock(self._client, self._paths.leader_lock, identifier=self._s.replica_id)
         with self._lock_guard:
             if self._stopping.is_set():
@@ -204,6 +209,11 @@ class Elector:
             self._note(f"could not take office: {e}")
             self._release(lock)
             return
+        except KazooException:
+            # A read failed (connection trouble): leave the queue before the cycle starts
+            # again, or the next lock would queue behind this one, our own, for ever.
+            self._release(lock)
+            raise
         self._epoch = epoch
         self._note(f"took office, epoch {epoch}")
         self._serve(lock, lock_node, epoch)
@@ -213,9 +223,11 @@ class Elector:
         resumed = False
         while True:
             token = LeadershipToken(lock_node, epoch)
-            self._watch_lock_node(token)
             with self._lock_guard:
-                self._token = token
+                self._token = token  # first: a disconnect from now on cancels this token
+            if not self._connected.is_set():
+                token.cancel("ZooKeeper connection SUSPENDED before the term started")
+            self._watch_lock_node(token)
             if self._stopping.is_set():
                 token.cancel(SHUTDOWN)
             writer = FencedWriter(
@@ -299,6 +311,10 @@ class Elector:
         try:
             if self._client.exists(token.lock_node, watch=watch) is None:
                 token.cancel("own lock node deleted")
+        except ConnectionLoss:
+            # Connection trouble, not an ended term: end it as a disconnect does, so the
+            # term can resume once the session proves intact.
+            token.cancel("ZooKeeper connection SUSPENDED while watching own lock node")
         except KazooException as e:
             token.cancel(f"could not watch own lock node: {type(e).__name__}")
 

@@ -100,11 +100,16 @@ class RecordCache(Generic[M]):
             self._watches_lost = True
         elif state == KazooState.CONNECTED and (self._watches_lost or self._relist):
             self._watches_lost = self._relist = False
-            # None of our watches survived: list the folder and read every record again
-            # (from kazoo's thread: only send requests, never wait here).
-            self._watch_children()
-            for name in self.names():
-                self._load(name)
+            # None of our watches survived: list the folder and read every record again.
+            # Not here: listeners run on kazoo's connection thread, the one that drains
+            # the request queue's wake-up socket; thousands of requests sent from it
+            # would fill that socket and block the thread for good.
+            self._client.handler.spawn(self._reload)
+
+    def _reload(self) -> None:
+        self._watch_children()
+        for name in self.names():
+            self._load(name)
 
     def _watch_children(self) -> None:
         """List the folder and leave a child watch; the watch re-lists (and re-arms)."""
@@ -184,6 +189,8 @@ class RecordCache(Generic[M]):
         self._notify()
 
     def _on_node(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE:
+            return  # the connection dropped (no path); the reload after it re-arms
         name = event.path.rsplit("/", 1)[-1]
         if event.type == EventType.DELETED:
             with self._guard:

@@ -364,10 +364,19 @@ class SchedulerDuty:
             timeout_ms=self._timeout_ms,
             not_before_ms=self._started_ms,
         )
+        # Assigned topologies missing from our view whose record is there all the same
+        # (a read lost to a disconnect): never give their slots away on a stale view.
+        # Ids are never reused, so one found absent here stays absent.
+        unread = {
+            tid
+            for tid in stored
+            if tid not in storms and self._client.exists(self._paths.storm(tid)) is not None
+        }
         reserved = [
             Slot(s.supervisor_id, s.slot)
             for tid, a in current.items()
-            if tid in storms and tid not in scheduled and storms[tid].status != records.KILLED
+            if tid in unread
+            or (tid in storms and tid not in scheduled and storms[tid].status != records.KILLED)
             for s in a.slots
         ]
         afresh = {
@@ -391,7 +400,9 @@ class SchedulerDuty:
                 changes.append(change)
         for tid in sorted(stored):
             base = storms.get(tid)
-            if base is None or base.status == records.KILLED:
+            if tid in unread:
+                log.info("keeping the assignment of %s: its record is there, not yet read", tid)
+            elif base is None or base.status == records.KILLED:
                 changes.extend(self._remove(tid, stored[tid].version, base))
         in_use: dict[str, set[Slot]] = {}  # before and after this pass
         for tid, a in current.items():
@@ -437,12 +448,6 @@ class SchedulerDuty:
 
     def _remove(self, tid: str, version: int, base: records.StormBase | None) -> list[str]:
         why = "killed" if base is not None else "no longer in /storms"
-        if base is None and self._client.exists(self._paths.storm(tid)) is not None:
-            # Our view lacks a record that is there (a read lost to a disconnect): never
-            # take a live topology's slots on a stale view. Ids are never reused, so a
-            # storm found absent here stays absent and the delete below is safe.
-            log.info("keeping the assignment of %s: its record is there, not yet read", tid)
-            return []
         try:
             self._writer.delete(self._paths.assignment(tid), version=version)
             self._writer.delete_recursive(self._paths.workerbeats_of(tid))

@@ -86,3 +86,49 @@ def test_a_first_holder_creates_its_folder_in_the_same_transaction(
     )
     membership.hold(PATHS.code_holder("wc-1-1", "leader"), b"d" * 64)
     assert sorted(zk_client.get_children(PATHS.code_holders("wc-1-1"))) == ["follower", "leader"]
+
+
+class _StaleView:
+    """A view of ``/storms`` frozen before a kill: pure data, no I/O."""
+
+    def __init__(self, records_by_id: dict[str, records.StormBase]) -> None:
+        self._records = records_by_id
+
+    def items(self) -> dict[str, records.StormBase]:
+        return dict(self._records)
+
+    def get(self, name: str) -> records.StormBase | None:
+        return self._records.get(name)
+
+    def snapshot(self) -> tuple[frozenset[str], int, bool]:
+        return frozenset(self._records), -1, True
+
+
+def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    from code_sync.duty import CodeMissingDuty
+    from tests.test_scheduler import lead
+
+    lock, writer = lead(zk_client, "leader:1")
+    try:
+        digest = "ab" * 32  # a package nobody holds
+        active = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
+        writer.create_record(PATHS.storm("wc-1-1"), active)
+        killed = records.StormBase(name="wc", status=records.KILLED, digest=digest)
+        writer.set_record(PATHS.storm("wc-1-1"), killed, version=0)  # unseen by the view
+        view = _StaleView({"wc-1-1": active})
+        store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+        syncer = CodeSyncer(
+            zk_client, ROOT, "leader:1", store, view,  # type: ignore[arg-type]
+            interval=1.0, gc_grace=600.0, code_wait=0.0,
+        )  # fmt: skip
+        duty = CodeMissingDuty(zk_client, ROOT, "leader:1", syncer, writer, interval=1.0)
+        assert syncer.missing() == []  # no live holder, code_wait 0: it does not block
+        assert syncer.code_abandoned("wc-1-1"), "the duty would act on this view"
+        assert duty.run_once() == []
+        status = records.StormBase.FromString(zk_client.get(PATHS.storm("wc-1-1"))[0]).status
+        assert status == records.KILLED, "the kill was overwritten"
+        assert not zk_client.exists(f"{PATHS.errors}/wc-1-1"), "no error recorded either"
+    finally:
+        lock.release()

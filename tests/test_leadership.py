@@ -204,6 +204,33 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
         elector.stop()
 
 
+def test_a_lock_node_our_session_left_queued_is_dropped_not_waited_on(
+    zk_client: KazooClient,
+) -> None:
+    """A release that failed on a dropped connection leaves our node in the queue while
+    the session lives; the next contender of the same session must not wait behind it
+    (nor must every other replica, behind both)."""
+    paths = Paths(ROOT)
+    for folder in paths.folders():
+        zk_client.ensure_path(folder)
+    leftover = zk_client.create(
+        f"{paths.leader_lock}/0123456789abcdef__lock__", b"me:1", ephemeral=True, sequence=True
+    )
+    elector = Elector(
+        zk_client,
+        ElectorSettings(root=ROOT, replica_id="me:1", session_timeout=2.0),
+        has_all_code=lambda: True,
+    )
+    elector.start()
+    try:
+        assert elector.wait_for(lambda h: any(s.startswith("took office") for s in h), timeout=10)
+        assert zk_client.exists(leftover) is None
+        assert any("dropped our own leftover lock node" in s for s in elector.history)
+        assert elector.is_leader()
+    finally:
+        elector.stop()
+
+
 def test_the_client_ignores_a_lagging_replicas_older_epoch() -> None:
     from concurrent import futures
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
 
+from code_sync.state import read_storms
 from fencing import FencedWriter, LeadershipToken, Membership, MembershipError, ensure_folders
 from fencing.office import take_office
 from leader.paths import Paths, parse_worker_name, worker_name
@@ -571,3 +572,30 @@ def test_the_duty_spreads_a_rebalanced_topology_and_removes_a_deleted_one(
     record = read_assignment(zk_client, "wc")
     base = records.StormBase.FromString(zk_client.get(PATHS.storm("wc"))[0])
     assert record is not None and rebalance_done(base, record)
+
+
+def test_a_topology_missing_from_a_stale_view_keeps_its_assignment_and_slots(
+    zk_client: KazooClient,
+) -> None:
+    """A record whose read was lost to a disconnect is absent from the leader's view, not
+    from ZooKeeper: its workers must neither be removed nor have their slots given away."""
+    _, writer = lead(zk_client, "leader:1")
+    zk_client.create(PATHS.supervisor("a"), sup("a", 3).SerializeToString(), ephemeral=True)
+    hidden: set[str] = set()
+
+    def view() -> dict[str, records.StormBase]:
+        return {t: b for t, b in read_storms(zk_client, PATHS).items() if t not in hidden}
+
+    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=30.0, storms=view)
+    add_topology(writer, "wc", 2)
+    assert duty.run_once() == ["wc: none -> [a-0, a-1]"]
+    hidden.add("wc")  # the view lost it; ZooKeeper still has it
+    add_topology(writer, "new", 2)
+    assert duty.run_once() == ["new: none -> [a-2]"], "only the free slot may be used"
+    assert placements(zk_client)["wc"] == [("a", 0), ("a", 1)]
+    hidden.clear()
+    writer.delete(PATHS.storm("wc"))  # really removed now: its slots are free at once
+    assert duty.run_once() == [
+        "new: [a-2] -> [a-2, a-0]",
+        "wc: assignment removed (no longer in /storms)",
+    ]
