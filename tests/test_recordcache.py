@@ -31,6 +31,11 @@ def test_changes_made_after_a_reconnect_reach_the_cache(
     chroot = zk_hosts[zk_hosts.index("/") :]
     zk_client.ensure_path(FOLDER)
     zk_client.create(f"{FOLDER}/a-1-1", storm("a"))
+    # More records than kazoo's wake-up socket holds (~280 on this machine): a reload
+    # sent from kazoo's connection thread would block that thread for good.
+    fillers = {f"f-{i}-1" for i in range(600)}
+    for result in [zk_client.create_async(f"{FOLDER}/{n}", storm("f")) for n in fillers]:
+        result.get(timeout=30)
     with FaultProxy(host, int(port)) as proxy:
         client = make_kazoo_client(f"{proxy.address}{chroot}", session_timeout=10.0)
         client.start(timeout=10)
@@ -66,7 +71,9 @@ def test_changes_made_after_a_reconnect_reach_the_cache(
             wait_until(a_inactive, timeout=10, message="the changed record")
             # And the watches are armed again: a second change also arrives.
             zk_client.delete(f"{FOLDER}/b-2-2")
-            wait_until(lambda: cache.names() == {"a-1-1"}, timeout=10, message="a removal")
+            wait_until(
+                lambda: cache.names() == {"a-1-1", *fillers}, timeout=10, message="a removal"
+            )
             assert cache.get("b-2-2") is None
             assert cache.snapshot()[2], "every record read"
         finally:
