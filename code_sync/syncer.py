@@ -94,6 +94,7 @@ class CodeSyncer:
         self.last_report: SyncReport | None = None  # the latest pass (observability, tests)
         self._wake = threading.Event()
         self._force_pass = False  # the gate found code missing or damaged: look again
+        self._force_guard = threading.Lock()
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="code-sync", daemon=True)
@@ -175,8 +176,7 @@ class CodeSyncer:
             if now - since < self._code_wait:
                 blocking.append(topology_id)
         if blocking or damaged:
-            self._force_pass = True
-            self._wake.set()
+            self._request_pass()
         return sorted(blocking)
 
     def _digest_of(self, topology_id: str) -> str | None:
@@ -315,14 +315,18 @@ class CodeSyncer:
             return
         except KazooException as e:
             log.info("cannot watch holders of %s: %s", topology_id, type(e).__name__)
-            self._force_pass = True
+            self._request_pass()
             return
         if children:  # one arrived between the read and the watch
-            self._force_pass = True
-            self._wake.set()
+            self._request_pass()
 
     def _on_holders_changed(self, event: object) -> None:
-        self._force_pass = True
+        self._request_pass()
+
+    def _request_pass(self) -> None:
+        """A full pass soon, even if the marker says nothing changed (any thread)."""
+        with self._force_guard:
+            self._force_pass = True
         self._wake.set()
 
     def _release(self, topology_id: str) -> None:
@@ -435,7 +439,8 @@ class CodeSyncer:
                 return
             try:
                 marker = self._marker()
-                forced, self._force_pass = self._force_pass, False
+                with self._force_guard:  # a request landing now is kept, not lost
+                    forced, self._force_pass = self._force_pass, False
                 if marker == quiet and not forced and self._clock() - last_full < full_every:
                     continue  # nothing changed: a pass over 10,000 topologies would find so
                 report = self.sync_once()
