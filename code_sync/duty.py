@@ -35,6 +35,10 @@ ERRORS_KEPT = 10
 COMPONENT = "nimbus"
 
 
+class _Unchanged(Exception):
+    """The fresh record already says otherwise: write nothing."""
+
+
 class CodeMissingDuty:
     def __init__(
         self,
@@ -92,23 +96,25 @@ class CodeMissingDuty:
 
     def _set_status(self, topology_id: str, status: int) -> bool:
         """Change the status on the record as it is now, not as the cache saw it: a kill
-        that landed meanwhile must not be undone. False when the record said otherwise."""
-        changed = False
+        that landed meanwhile must not be undone. False (nothing written) when the record
+        said otherwise."""
 
         def mutate(base: records.StormBase) -> None:
-            nonlocal changed
             if status == records.CODE_MISSING:
                 allowed = base.status not in (records.KILLED, records.CODE_MISSING)
             else:
                 allowed = base.status == records.CODE_MISSING
-            changed = allowed  # the last attempt's answer is the one written
-            if allowed:
-                base.status = status  # type: ignore[assignment]
+            if not allowed:
+                raise _Unchanged
+            base.status = status  # type: ignore[assignment]
 
-        self._writer.update_record(
-            self._paths.storm(topology_id), records.StormBase.FromString, mutate
-        )
-        return changed
+        try:
+            self._writer.update_record(
+                self._paths.storm(topology_id), records.StormBase.FromString, mutate
+            )
+        except _Unchanged:
+            return False
+        return True
 
     def _record_error(self, topology_id: str, message: str) -> None:
         folder = f"{self._paths.errors}/{topology_id}/{COMPONENT}"

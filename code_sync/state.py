@@ -33,6 +33,23 @@ def read_storms(client: KazooClient, paths: Paths) -> dict[str, records.StormBas
     return storms
 
 
+def storm_readable(client: KazooClient, paths: Paths, topology_id: str) -> bool:
+    """True when ``/storms/<id>`` holds a record that decodes, read now.
+
+    For a view that lacks a topology: absent or damaged means gone (every reader skips a
+    damaged record), readable means the view missed it (a read lost to a disconnect).
+    """
+    try:
+        data, _ = client.get(paths.storm(topology_id))
+    except NoNodeError:
+        return False
+    try:
+        records.StormBase.FromString(data)
+    except DecodeError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Holders:
     """Who holds a topology's code, as registered under ``/code-distributor/<id>``."""

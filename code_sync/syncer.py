@@ -219,7 +219,7 @@ class CodeSyncer:
                 wanted[tid] = h.digest  # a submission still gathering replicas
             else:
                 report.pending.append(tid)
-                self._watch_first_holder(tid)
+                self._watch_first_holder(tid, live)
         present: dict[str, bool] = {}
         for digest in set(wanted.values()):
             present[digest] = self.store.has(digest)
@@ -300,12 +300,15 @@ class CodeSyncer:
                 return
             self._registered.update(by_path[path] for path in held)
 
-    def _watch_first_holder(self, topology_id: str) -> None:
-        """Force a pass when a holder appears in an in-flight folder seen empty.
+    def _watch_first_holder(self, topology_id: str, live: frozenset[str]) -> None:
+        """Force a pass when a live holder appears in an in-flight folder seen without one.
 
         The pass-skipping marker covers ``/code-distributor``'s children, not each
         folder's: without this, a holder registered just after its folder appeared would
         wait for the next periodic full pass (up to 30 s: a submission's replication wait).
+        Holders that are down do not count (a dead one coming back changes ``/nimbuses``,
+        which the marker covers); counting them would run pass after pass for nothing.
+        Connection trouble propagates: the pass fails and the loop looks again.
         """
         try:
             children = self._client.get_children(
@@ -313,11 +316,7 @@ class CodeSyncer:
             )
         except NoNodeError:
             return
-        except KazooException as e:
-            log.info("cannot watch holders of %s: %s", topology_id, type(e).__name__)
-            self._request_pass()
-            return
-        if children:  # one arrived between the read and the watch
+        if any(c in live for c in children):  # one arrived between the read and the watch
             self._request_pass()
 
     def _on_holders_changed(self, event: object) -> None:
@@ -446,6 +445,7 @@ class CodeSyncer:
                 report = self.sync_once()
             except KazooException as e:
                 log.info("code sync pass interrupted by ZooKeeper: %s", type(e).__name__)
+                quiet = None  # whatever this pass was to do (even a forced one) is still due
                 continue
             last_full = self._clock()
             clean = not report.failed and not report.missing and not report.downloaded

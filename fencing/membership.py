@@ -234,8 +234,8 @@ class Membership:
                 continue
             try:
                 self._commit([Delete(path, stat.version)])
-            except WriteConflictError:
-                continue
+            except (WriteConflictError, WriteOutcomeUnknown):
+                continue  # changed hands, or unknown: the caller's next round looks again
             dropped.append(name)
         return dropped
 

@@ -26,7 +26,14 @@ from kazoo.exceptions import CancelledError, ConnectionLoss, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
-from fencing import FencedWriter, LeadershipToken, Membership, NotLeaderError, WriteOutcomeUnknown
+from fencing import (
+    FencedWriter,
+    FencingError,
+    LeadershipToken,
+    Membership,
+    NotLeaderError,
+    WriteOutcomeUnknown,
+)
 from fencing.office import prune_epochs, read_leader_epoch, take_office
 from leader.lease import Heartbeat, Lease
 from leader.paths import Paths
@@ -161,8 +168,9 @@ class Elector:
             while not self._stopping.is_set():
                 try:
                     self._cycle()
-                except KazooException as e:
-                    # A ZooKeeper hiccup between steps: start the cycle again.
+                except (KazooException, FencingError) as e:
+                    # A ZooKeeper hiccup between steps (or a write whose outcome it left
+                    # unknown): start the cycle again; the thread must never die of it.
                     self._note(f"cycle interrupted by ZooKeeper: {type(e).__name__}")
                     self._stopping.wait(0.1)
         finally:
@@ -210,9 +218,13 @@ class Elector:
             self._release(lock)
             return
         except KazooException:
-            # A read failed (connection trouble): leave the queue before the cycle starts
-            # again, or the next lock would queue behind this one, our own, for ever.
-            self._release(lock)
+            # A read failed (connection trouble). Forget this lock without a release
+            # (kazoo's would retry, blocking, until the link is back); the next cycle
+            # drops its node first if the session survived, so nobody waits behind it.
+            lock.is_acquired = False
+            with self._lock_guard:
+                if self._lock is lock:
+                    self._lock = None
             raise
         self._epoch = epoch
         self._note(f"took office, epoch {epoch}")

@@ -109,7 +109,9 @@ def run_cluster(args: argparse.Namespace) -> int:
                 "host": s.host,
                 "slots_total": s.slots_total,
                 "slots_used": s.slots_used,
-                "heartbeat_age_s": round(max(0.0, now_ms - s.heartbeat_ms) / 1000, 1),
+                "heartbeat_age_s": (  # None: it never reported one
+                    round(max(0.0, now_ms - s.heartbeat_ms) / 1000, 1) if s.heartbeat_ms else None
+                ),
             }
             for s in reply.supervisors
         ],

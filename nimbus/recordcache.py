@@ -20,7 +20,12 @@ from typing import Generic, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, WatchedEvent
 
@@ -170,9 +175,13 @@ class RecordCache(Generic[M]):
         except DecodeError:
             log.warning("skipping damaged record %s/%s", self._folder, name)
             record = None
-        except Exception as e:  # connection trouble: the reload after reconnecting retries
-            log.info("could not read %s/%s: %s", self._folder, name, e)
+        except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
+            # Unknown, not gone: the reload after reconnecting reads it again.
+            log.info("could not read %s/%s: %s", self._folder, name, type(e).__name__)
             record, failed = None, True
+        except Exception as e:  # e.g. not allowed to read it: as good as absent here
+            log.warning("cannot read %s/%s: %r", self._folder, name, e)
+            record = None
         with self._guard:
             if failed:
                 # Unknown is not gone: a leader duty that took a missing record for a

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from code_sync.state import read_storms
+from code_sync.state import read_storms, storm_readable
 from fencing import FencedWriter, FencingError, NotLeaderError, WriteConflictError
 from leader.paths import Paths, parse_worker_name, worker_name
 from nimbus.api import records
@@ -370,7 +370,7 @@ class SchedulerDuty:
         unread = {
             tid
             for tid in stored
-            if tid not in storms and self._client.exists(self._paths.storm(tid)) is not None
+            if tid not in storms and storm_readable(self._client, self._paths, tid)
         }
         reserved = [
             Slot(s.supervisor_id, s.slot)

@@ -127,8 +127,9 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
         assert syncer.missing() == []  # no live holder, code_wait 0: it does not block
         assert syncer.code_abandoned("wc-1-1"), "the duty would act on this view"
         assert duty.run_once() == []
-        status = records.StormBase.FromString(zk_client.get(PATHS.storm("wc-1-1"))[0]).status
-        assert status == records.KILLED, "the kill was overwritten"
+        data, stat = zk_client.get(PATHS.storm("wc-1-1"))
+        assert records.StormBase.FromString(data).status == records.KILLED, "kill overwritten"
+        assert stat.version == 1, "nothing written at all"
         assert not zk_client.exists(f"{PATHS.errors}/wc-1-1"), "no error recorded either"
     finally:
         lock.release()

@@ -68,7 +68,8 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             assert [(t["name"], t["status"]) for t in view["topologies"]] == [("wc", "ACTIVE")]
             assert view["leader_epoch"] >= 1
 
-        stubs = [rpc.NimbusStub(grpc.insecure_channel(a)) for a in addresses]
+        channels = [grpc.insecure_channel(a) for a in addresses]
+        stubs = [rpc.NimbusStub(c) for c in channels]
 
         def everywhere() -> set[str]:
             """The status each replica itself reports (in process: three CLI runs take
@@ -101,6 +102,8 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
         assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
         again = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
         assert again.returncode == 0, "the name is free again after removal: " + again.stderr
+        for channel in channels:
+            channel.close()
     finally:
         dev.send_signal(signal.SIGTERM)
         output, _ = dev.communicate(timeout=60)

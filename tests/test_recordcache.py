@@ -75,7 +75,7 @@ def test_changes_made_after_a_reconnect_reach_the_cache(
                 lambda: cache.names() == {"a-1-1", *fillers}, timeout=10, message="a removal"
             )
             assert cache.get("b-2-2") is None
-            assert cache.snapshot()[2], "every record read"
+            wait_until(lambda: cache.snapshot()[2], timeout=10, message="every record read")
         finally:
             client.stop()
             client.close()

@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.security import make_digest_acl
 
+from code_sync.state import storm_readable
 from fencing import (
     Create,
     Delete,
@@ -144,7 +145,7 @@ class CredentialsDuty:
                 continue
             changes.append(f"credentials of {topology_id} created")
         for topology_id in sorted(have - want):
-            if self._client.exists(Paths(self._root).storm(topology_id)) is not None:
+            if storm_readable(self._client, Paths(self._root), topology_id):
                 continue  # in /storms but not in our view yet (a read lost to a disconnect)
             self._writer.batch([Delete(credentials_path(self._root, topology_id))])
             changes.append(f"credentials of {topology_id} removed")
