@@ -15,7 +15,9 @@ For each N (10 and 10,000; ``--quick``: 10 and 2,000) under a fresh root
   follower's code gate passed);
 * memory: the leader's VmRSS once its record cache has loaded (``SETTLE_S`` after ready,
   so its first scheduler and code-sync passes have run), and the follower's; also the CPU
-  each replica used in those idle seconds (no calls, nothing changing);
+  each replica used in those idle seconds (no calls, nothing changing), and again in the
+  steady state (``STEADY_WINDOW_S`` from ``STEADY_AFTER_S`` after ready: start-up work
+  done, a periodic full code-sync pass inside the window);
 * failover, ``FULL_TRIALS`` times (``--quick``: ``QUICK_TRIALS``): SIGTERM the leader and,
   polling the other replica every ``POLL_INTERVAL_S`` with both calls in turn, time from
   the signal until (a) its ``GetLeaderAddress`` names itself with a higher epoch and
@@ -108,6 +110,8 @@ READY_POLL_S = 0.05
 FAILOVER_TIMEOUT_S = 60.0
 EXIT_TIMEOUT_S = 30.0
 SETTLE_S = 2.0  # after ready, before RSS or a trial: first scheduler and sync passes done
+STEADY_AFTER_S = 40.0  # after ready: start-up work long done, a periodic full sync pass due
+STEADY_WINDOW_S = 20.0  # CPU measured over this long in the steady state
 
 QUEUED = "queued for leadership"
 WRITE_TOPOLOGY = 0  # index of the topology every trial's write changes
@@ -560,6 +564,8 @@ class SizeResult:
     leader_rss_after_mib: float | None  # the leader at the end, after all the failovers
     leader_idle_cpu: float | None  # CPU seconds per second over SETTLE_S after ready
     follower_idle_cpu: float | None
+    leader_steady_cpu: float | None  # the same from STEADY_AFTER_S, over STEADY_WINDOW_S
+    follower_steady_cpu: float | None
     trials: list[Trial]
 
     def p50_ms(self, pick: str) -> float:
@@ -613,11 +619,21 @@ def measure_size(
         )
         leader_rss = vm_rss_mib(leader.pid)
         follower_rss = vm_rss_mib(follower.pid)
+        # Steady state: what an idle cluster of this size costs, start-up work long done.
+        time.sleep(max(0.0, began + first_ready_s + STEADY_AFTER_S - time.monotonic()))
+        steady_before = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
+        time.sleep(STEADY_WINDOW_S)
+        steady_after = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
+        leader_steady, follower_steady = (
+            None if a is None or b is None else (b - a) / STEADY_WINDOW_S
+            for a, b in zip(steady_before, steady_after, strict=True)
+        )
         print(
             f"N={n}: both replicas ready in {first_ready_s:.2f} s; leader {leader.address} "
             f"(epoch {epoch}) RSS {leader_rss or 0:.1f} MiB, follower "
             f"{follower_rss or 0:.1f} MiB; idle CPU leader {100 * (leader_cpu or 0):.0f}%, "
-            f"follower {100 * (follower_cpu or 0):.0f}% of a core",
+            f"follower {100 * (follower_cpu or 0):.0f}% of a core; steady "
+            f"{100 * (leader_steady or 0):.1f}% / {100 * (follower_steady or 0):.1f}%",
             file=sys.stderr,
             flush=True,
         )
@@ -656,11 +672,17 @@ def measure_size(
         leader_rss_after_mib=leader_rss_after,
         leader_idle_cpu=leader_cpu,
         follower_idle_cpu=follower_cpu,
+        leader_steady_cpu=leader_steady,
+        follower_steady_cpu=follower_steady,
         trials=done,
     ), cluster.notes
 
 
 # -- report -------------------------------------------------------------------------------
+
+
+def _pct(fraction: float | None) -> str:
+    return _cell(None if fraction is None else 100 * fraction, ".1f")
 
 
 def zookeeper_version(port: int) -> str:
@@ -738,6 +760,8 @@ def report(
                 _cell(s.leader_rss_after_mib),
                 _cell(None if s.leader_idle_cpu is None else 100 * s.leader_idle_cpu, ".0f"),
                 _cell(None if s.follower_idle_cpu is None else 100 * s.follower_idle_cpu, ".0f"),
+                _pct(s.leader_steady_cpu),
+                _pct(s.follower_steady_cpu),
                 f"{s.seed_s:.2f}",
                 f"{s.first_ready_s:.2f}",
                 f"{percentile([t.restart_ready_s for t in s.trials], 50):.2f}",
@@ -745,14 +769,16 @@ def report(
         )
     print_table(
         ["topologies", "leader RSS MiB", "follower RSS MiB", "leader RSS at end MiB",
-         "leader idle CPU %", "follower idle CPU %", "seed s", "both ready s",
+         "leader idle CPU %", "follower idle CPU %", "leader steady CPU %",
+         "follower steady CPU %", "seed s", "both ready s",
          "restart ready p50 s"],
         mrows,
     )  # fmt: skip
     print(
         "RSS: VmRSS once ready (record cache loaded, both queued) plus "
         f"{SETTLE_S:g} s; 'at end': the leader after all the failovers. Idle CPU: percent of "
-        f"one core over those {SETTLE_S:g} s (no calls, no changes). 'ready': the replica "
+        f"one core over those {SETTLE_S:g} s (no calls, no changes); 'steady': the same over "
+        f"{STEADY_WINDOW_S:g} s from {STEADY_AFTER_S:g} s after ready. 'ready': the replica "
         "lists both, they agree on the leader, and it logged 'queued for leadership'."
     )
     ratio = large.p50_ms("wrote_s") / small.p50_ms("wrote_s")
@@ -807,6 +833,8 @@ def report(
         result[f"follower_idle_cpu_pct_{s.n}"] = _r(
             None if s.follower_idle_cpu is None else 100 * s.follower_idle_cpu, 1
         )
+        for role, cpu in (("leader", s.leader_steady_cpu), ("follower", s.follower_steady_cpu)):
+            result[f"{role}_steady_cpu_pct_{s.n}"] = _r(None if cpu is None else 100 * cpu, 2)
         result[f"by_n_{s.n}"] = {
             "root": s.root,
             "seed_s": round(s.seed_s, 3),
