@@ -4,7 +4,8 @@ Runs while the leader's token is alive. A topology no live replica has held for 
 than ``code_wait`` did not block the election (see ``CodeSyncer.missing``); here the
 leader records that, fenced: status CODE_MISSING plus an error under
 ``/errors/<id>/nimbus``. It never disappears, and once a replica with its code returns
-(the leader syncs it like any replica) it is ACTIVE again.
+(the leader syncs it like any replica) it gets back the status it had (a deactivated
+topology stays deactivated).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class CodeMissingDuty:
                 continue
             if base.status != records.CODE_MISSING and not held:
                 if self._syncer.code_abandoned(topology_id):
-                    if not self._set_status(topology_id, records.CODE_MISSING):
+                    if not self._set_status(topology_id, missing=True):
                         continue
                     self._record_error(
                         topology_id,
@@ -89,24 +90,30 @@ class CodeMissingDuty:
             elif (
                 base.status == records.CODE_MISSING
                 and held
-                and self._set_status(topology_id, records.ACTIVE)
+                and self._set_status(topology_id, missing=False)
             ):
-                changes.append(f"{topology_id}: ACTIVE again")
+                changes.append(f"{topology_id}: code back, status restored")
         return changes
 
-    def _set_status(self, topology_id: str, status: int) -> bool:
-        """Change the status on the record as it is now, not as the cache saw it: a kill
-        that landed meanwhile must not be undone. False (nothing written) when the record
-        said otherwise."""
+    def _set_status(self, topology_id: str, missing: bool) -> bool:
+        """Mark CODE_MISSING (remembering the status it had), or restore that status.
+
+        Decided on the record as it is now, not as the cache saw it: a kill that landed
+        meanwhile must not be undone. False (nothing written) when the record said
+        otherwise.
+        """
 
         def mutate(base: records.StormBase) -> None:
-            if status == records.CODE_MISSING:
-                allowed = base.status not in (records.KILLED, records.CODE_MISSING)
+            if missing:
+                if base.status in (records.KILLED, records.CODE_MISSING):
+                    raise _Unchanged
+                base.status_before_code_missing = base.status
+                base.status = records.CODE_MISSING
             else:
-                allowed = base.status == records.CODE_MISSING
-            if not allowed:
-                raise _Unchanged
-            base.status = status  # type: ignore[assignment]
+                if base.status != records.CODE_MISSING:
+                    raise _Unchanged
+                base.status = base.status_before_code_missing or records.ACTIVE
+                base.status_before_code_missing = records.STATUS_UNSPECIFIED
 
         try:
             self._writer.update_record(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,5 +132,40 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
         assert records.StormBase.FromString(data).status == records.KILLED, "kill overwritten"
         assert stat.version == 1, "nothing written at all"
         assert not zk_client.exists(f"{PATHS.errors}/wc-1-1"), "no error recorded either"
+    finally:
+        lock.release()
+
+
+def test_a_deactivated_topology_whose_code_comes_back_stays_deactivated(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    from code_sync.duty import CodeMissingDuty
+    from tests.test_scheduler import lead
+
+    lock, writer = lead(zk_client, "leader:1")
+    storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+    storms.start()
+    try:
+        package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip").read_bytes()
+        digest = hashlib.sha256(package).hexdigest()
+        paused = records.StormBase(name="wc", status=records.INACTIVE, digest=digest)
+        writer.create_record(PATHS.storm("wc-1-1"), paused)
+        store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+        syncer = CodeSyncer(
+            zk_client, ROOT, "leader:1", store, storms,
+            interval=1.0, gc_grace=600.0, code_wait=0.0,
+        )  # fmt: skip
+        duty = CodeMissingDuty(zk_client, ROOT, "leader:1", syncer, writer, interval=1.0)
+
+        def status() -> int:
+            base = storms.get("wc-1-1")
+            return -1 if base is None else int(base.status)
+
+        wait_until(lambda: status() == records.INACTIVE, timeout=10)
+        assert duty.run_once() == ["wc-1-1: CODE_MISSING"]
+        wait_until(lambda: status() == records.CODE_MISSING, timeout=10)
+        store.write([package], expected_digest=digest)  # a replica with the code is back
+        assert duty.run_once() == ["wc-1-1: code back, status restored"]
+        wait_until(lambda: status() == records.INACTIVE, timeout=10, message="INACTIVE again")
     finally:
         lock.release()

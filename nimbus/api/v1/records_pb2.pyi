@@ -74,7 +74,7 @@ class NimbusSummary(_message.Message):
     def __init__(self, address: _Optional[str] = ..., role: _Optional[_Union[NimbusRole, str]] = ..., epoch: _Optional[int] = ..., version: _Optional[str] = ..., start_time_ms: _Optional[int] = ..., code_sync_lag: _Optional[int] = ..., is_leader: _Optional[bool] = ...) -> None: ...
 
 class StormBase(_message.Message):
-    __slots__ = ("name", "status", "owner", "epoch", "digest", "launch_time_ms", "num_workers", "component_parallelism", "config_json", "package_size", "client_request_id", "kill_wait_s", "kill_time_ms", "status_before_rebalance", "rebalance_until_ms", "components_json")
+    __slots__ = ("name", "status", "owner", "epoch", "digest", "launch_time_ms", "num_workers", "component_parallelism", "config_json", "package_size", "client_request_id", "kill_wait_s", "kill_time_ms", "status_before_rebalance", "rebalance_until_ms", "components_json", "status_before_code_missing")
     class ComponentParallelismEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class StormBase(_message.Message):
     STATUS_BEFORE_REBALANCE_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     COMPONENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_BEFORE_CODE_MISSING_FIELD_NUMBER: _ClassVar[int]
     name: str
     status: TopologyStatus
     owner: str
@@ -114,7 +115,8 @@ class StormBase(_message.Message):
     status_before_rebalance: TopologyStatus
     rebalance_until_ms: int
     components_json: str
-    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[TopologyStatus, str]] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., digest: _Optional[str] = ..., launch_time_ms: _Optional[int] = ..., num_workers: _Optional[int] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., package_size: _Optional[int] = ..., client_request_id: _Optional[str] = ..., kill_wait_s: _Optional[int] = ..., kill_time_ms: _Optional[int] = ..., status_before_rebalance: _Optional[_Union[TopologyStatus, str]] = ..., rebalance_until_ms: _Optional[int] = ..., components_json: _Optional[str] = ...) -> None: ...
+    status_before_code_missing: TopologyStatus
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[TopologyStatus, str]] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., digest: _Optional[str] = ..., launch_time_ms: _Optional[int] = ..., num_workers: _Optional[int] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., package_size: _Optional[int] = ..., client_request_id: _Optional[str] = ..., kill_wait_s: _Optional[int] = ..., kill_time_ms: _Optional[int] = ..., status_before_rebalance: _Optional[_Union[TopologyStatus, str]] = ..., rebalance_until_ms: _Optional[int] = ..., components_json: _Optional[str] = ..., status_before_code_missing: _Optional[_Union[TopologyStatus, str]] = ...) -> None: ...
 
 class SlotAssignment(_message.Message):
     __slots__ = ("slot", "supervisor_id", "host", "port")
