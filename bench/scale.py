@@ -610,24 +610,12 @@ def measure_size(
         leader, epoch = cluster.wait_ready()
         first_ready_s = time.monotonic() - began
         follower = cluster.other(leader)
-        cpu_before = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
-        time.sleep(SETTLE_S)
-        cpu_after = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
-        leader_cpu, follower_cpu = (
-            None if a is None or b is None else (b - a) / SETTLE_S
-            for a, b in zip(cpu_before, cpu_after, strict=True)
-        )
+        leader_cpu, follower_cpu = cpu_share((leader.pid, follower.pid), SETTLE_S)
         leader_rss = vm_rss_mib(leader.pid)
         follower_rss = vm_rss_mib(follower.pid)
         # Steady state: what an idle cluster of this size costs, start-up work long done.
         time.sleep(max(0.0, began + first_ready_s + STEADY_AFTER_S - time.monotonic()))
-        steady_before = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
-        time.sleep(STEADY_WINDOW_S)
-        steady_after = (cpu_seconds(leader.pid), cpu_seconds(follower.pid))
-        leader_steady, follower_steady = (
-            None if a is None or b is None else (b - a) / STEADY_WINDOW_S
-            for a, b in zip(steady_before, steady_after, strict=True)
-        )
+        leader_steady, follower_steady = cpu_share((leader.pid, follower.pid), STEADY_WINDOW_S)
         print(
             f"N={n}: both replicas ready in {first_ready_s:.2f} s; leader {leader.address} "
             f"(epoch {epoch}) RSS {leader_rss or 0:.1f} MiB, follower "
@@ -676,6 +664,18 @@ def measure_size(
         follower_steady_cpu=follower_steady,
         trials=done,
     ), cluster.notes
+
+
+def cpu_share(pids: tuple[int, int], seconds: float) -> tuple[float | None, float | None]:
+    """CPU seconds per second each process uses over the next ``seconds`` (None: gone)."""
+    before = [cpu_seconds(pid) for pid in pids]
+    time.sleep(seconds)
+    after = [cpu_seconds(pid) for pid in pids]
+    a, b = (
+        None if x is None or y is None else (y - x) / seconds
+        for x, y in zip(before, after, strict=True)
+    )
+    return a, b
 
 
 # -- report -------------------------------------------------------------------------------
