@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 
 from _common import machine_facts, percentile  # noqa: E402
 
-from nimbus.zkserver import ZooKeeperCluster  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster  # noqa: E402
 from tests.chaos.availability import TARGETS, met, window  # noqa: E402
 from tests.chaos.history import Call, Fault, History  # noqa: E402
 from tests.chaos.nemesis import FAULTS  # noqa: E402

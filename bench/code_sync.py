@@ -75,12 +75,12 @@ from _common import (  # noqa: E402
     print_table,
 )
 
+from cluster.api import pb, rpc  # noqa: E402
+from cluster.factory import make_channel  # noqa: E402
 from code_sync.package import make_package, validate_package  # noqa: E402
 from code_sync.peer import fetch_from_peer  # noqa: E402
 from code_sync.store import CodeStore  # noqa: E402
-from nimbus.api import pb, rpc  # noqa: E402
-from nimbus.factory import make_channel  # noqa: E402
-from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
 from pipeline.samples import MINIMAL_TOPOLOGY  # noqa: E402
 
 MIB = 1 << 20
@@ -317,13 +317,13 @@ class _Submitter(Protocol):
 
 
 def nimbus_client(seeds: list[str]) -> _Submitter:
-    """``leader.client.NimbusClient``, imported by name.
+    """``nimbus.client.NimbusClient``, imported by name.
 
     A plain import would make ``mypy bench/code_sync.py`` (whose search path starts at
     bench/) resolve ``leader`` and, through it, ``fencing`` to the benchmark scripts of
     those names; at run time the repo root comes first and the real packages load.
     """
-    module = importlib.import_module("leader.client")
+    module = importlib.import_module("nimbus.client")
     client: _Submitter = module.NimbusClient(
         seeds, attempts=5, deadline=SUBMIT_TIMEOUT_S, call_timeout=5.0
     )

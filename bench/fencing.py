@@ -35,11 +35,12 @@ from _common import Summary, machine_facts, print_table, summarize_ns  # noqa: E
 from kazoo.client import KazooClient  # noqa: E402
 from kazoo.recipe.lock import Lock  # noqa: E402
 
-from fencing.office import epochs_path, take_office  # noqa: E402
+from cluster.factory import make_kazoo_client  # noqa: E402
+from cluster.paths import Paths  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from fencing.office import take_office  # noqa: E402
 from fencing.token import LeadershipToken  # noqa: E402
 from fencing.writer import FencedWriter  # noqa: E402
-from nimbus.factory import make_kazoo_client  # noqa: E402
-from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
 
 ROOT = "/bench"
 LOCK_PATH = f"{ROOT}/leader-lock"
@@ -74,13 +75,18 @@ def _now_ms() -> int:
 def take_leadership(client: KazooClient) -> tuple[Lock, FencedWriter]:
     """Take the lock and office exactly as a replica does; returns the lock and a writer."""
     client.ensure_path(LOCK_PATH)
-    client.ensure_path(epochs_path(ROOT))
+    client.ensure_path(Paths(ROOT).epochs)
     lock = Lock(client, LOCK_PATH, identifier=HOLDER)
     if not lock.acquire(timeout=30):
         raise RuntimeError(f"could not take {LOCK_PATH} within 30 s")
     lock_node = f"{lock.path}/{lock.node}"
     epoch = take_office(
-        client, ROOT, lock_node=lock_node, holder=HOLDER, now_ms=_now_ms, timeout=WRITE_TIMEOUT_S
+        client,
+        Paths(ROOT),
+        lock_node=lock_node,
+        holder=HOLDER,
+        now_ms=_now_ms,
+        timeout=WRITE_TIMEOUT_S,
     )
     return lock, FencedWriter(client, LeadershipToken(lock_node, epoch), timeout=WRITE_TIMEOUT_S)
 

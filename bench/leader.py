@@ -51,9 +51,9 @@ import grpc  # noqa: E402
 from _common import Summary, machine_facts, print_table, summarize_ms, summarize_ns  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from nimbus.api import pb, rpc  # noqa: E402
-from nimbus.factory import make_channel  # noqa: E402
-from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from cluster.api import pb, rpc  # noqa: E402
+from cluster.factory import make_channel  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
 
 REPLICAS = 3
 DEFAULT_SESSION_TIMEOUT_S = 4.0

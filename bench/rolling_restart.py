@@ -52,11 +52,11 @@ from _common import (  # noqa: E402
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from cluster.api import pb, rpc  # noqa: E402
+from cluster.factory import make_channel  # noqa: E402
 from code_sync.package import make_package  # noqa: E402
-from leader.client import NimbusClient  # noqa: E402
-from nimbus.api import pb, rpc  # noqa: E402
-from nimbus.factory import make_channel  # noqa: E402
-from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from nimbus.client import NimbusClient  # noqa: E402
 
 REPLICAS = 3
 SESSION_TIMEOUT_S = 4.0

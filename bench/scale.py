@@ -4,7 +4,7 @@ For each N (10 and 10,000; ``--quick``: 10 and 2,000) under a fresh root
 ``/scale-<N>-<uuid>`` on one standalone ZooKeeper:
 
 * seeds the metadata directly with a plain kazoo client (a benchmark is exempt from the
-  fenced-writer rule): the folders of ``leader.paths.Paths(root).folders()``, and N
+  fenced-writer rule): the folders of ``cluster.paths.Paths(root).folders()``, and N
   topologies ``/storms/<name>-1-1`` = StormBase(name, ACTIVE, digest D, 1 worker, epoch 1)
   with ``/names/<name>`` = the id, in pipelined multi-ops of ``SEED_TXN_OPS`` operations.
   All N share one small package (``make_package``) of SHA-256 digest D, put read-only into
@@ -84,10 +84,10 @@ from _common import (  # noqa: E402
 )
 from kazoo.client import KazooClient  # noqa: E402
 
+from cluster.api import pb, records, rpc  # noqa: E402
+from cluster.factory import make_channel  # noqa: E402
 from code_sync.package import make_package  # noqa: E402
-from nimbus.api import pb, records, rpc  # noqa: E402
-from nimbus.factory import make_channel  # noqa: E402
-from nimbus.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
 
 SMALL_N = 10
 FULL_LARGE_N = 10_000
@@ -146,7 +146,7 @@ def topology_id(name: str) -> str:
     return f"{name}-1-1"
 
 
-# -- the ZooKeeper layout (leader.paths, imported by name) ------------------------------
+# -- the ZooKeeper layout (cluster.paths, imported by name) ------------------------------
 
 
 class _Paths(Protocol):
@@ -158,8 +158,8 @@ class _Paths(Protocol):
 
 
 def zk_paths(root: str) -> _Paths:
-    """``leader.paths.Paths(root)``; see the note on imports at the top."""
-    module = importlib.import_module("leader.paths")
+    """``cluster.paths.Paths(root)``; see the note on imports at the top."""
+    module = importlib.import_module("cluster.paths")
     paths: _Paths = module.Paths(root)
     return paths
 

@@ -1,5 +1,7 @@
-"""Code distribution: content-addressed package store, peer download, replica registry.
+"""Code distribution: the content-addressed package store, peer download, the sync loop.
 
-Filled in by the code distribution issue; until then the elector's code gate is a
-callable passed in by the daemon.
+Every replica keeps a verified copy of each active topology's package and registers as
+its holder; the CODE_MISSING duty marks topologies no replica can serve. It imports
+``fencing`` and ``cluster`` only; never ``leader`` (the daemon hands the code gate to the
+elector), ``pipeline`` or ``nimbus``.
 """

@@ -17,6 +17,8 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
+from cluster.api import records
+from cluster.paths import Paths
 from code_sync.syncer import CodeSyncer
 from fencing import (
     Create,
@@ -27,8 +29,6 @@ from fencing import (
     ensure_folders,
     stamp_epoch,
 )
-from leader.paths import Paths
-from nimbus.api import records
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class CodeMissingDuty:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         replica_id: str,
         syncer: CodeSyncer,
         writer: FencedWriter,
@@ -52,7 +52,7 @@ class CodeMissingDuty:
         interval: float,
     ) -> None:
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._id = replica_id
         self._syncer = syncer
         self._writer = writer
@@ -124,18 +124,26 @@ class CodeMissingDuty:
         return True
 
     def _record_error(self, topology_id: str, message: str) -> None:
-        folder = f"{self._paths.errors}/{topology_id}/{COMPONENT}"
+        folder = self._paths.component_errors(topology_id, COMPONENT)
         ensure_folders(self._client, [folder])
         error = records.ErrorInfo(
             component=COMPONENT, message=message, time_ms=int(time.time() * 1000), host=self._id
         )
         stamp_epoch(error, self._writer.token.epoch)
         self._writer.batch(
-            [Create(f"{folder}/e", error.SerializeToString(deterministic=True), sequence=True)]
+            [
+                Create(
+                    self._paths.component_error(topology_id, COMPONENT, "e"),
+                    error.SerializeToString(deterministic=True),
+                    sequence=True,
+                )
+            ]
         )
         old = sorted(self._client.get_children(folder))[:-ERRORS_KEPT]
         if old:  # keep the last ten, as Storm does; one multi-op
-            self._writer.batch([Delete(f"{folder}/{name}") for name in old])
+            self._writer.batch(
+                [Delete(self._paths.component_error(topology_id, COMPONENT, n)) for n in old]
+            )
 
     def _run(self) -> None:
         token = self._writer.token

@@ -7,7 +7,7 @@ on another replica. Each keeps its cause (``raise ... from e``).
 
 from __future__ import annotations
 
-from nimbus.errors import NimbusError
+from cluster.errors import NimbusError
 
 
 class CodeSyncError(NimbusError):

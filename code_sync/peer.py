@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nimbus.api import pb, rpc
-from nimbus.factory import make_channel
+from cluster.api import pb, rpc
+from cluster.factory import make_channel
 
 
 def fetch_from_peer(address: str, digest: str, *, timeout: float) -> Iterator[bytes]:

@@ -18,7 +18,6 @@ import hashlib
 import io
 import logging
 import os
-import re
 import stat
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from cluster.names import DIGEST_RE
 from code_sync.errors import InvalidDigest, PackageNotFound, PackageRejected, StoreError
 from code_sync.package import UNCOMPRESSED_FACTOR, format_size, size_over_limit, validate_package
 
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 INCOMING = ".incoming"
 DAMAGED_PREFIX = ".damaged-"
 DEFAULT_CHUNK = 1 << 20
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 # dev, ino, size, mtime_ns, ctime_ns of a file whose content was verified.
 _StatKey = tuple[int, int, int, int, int]
@@ -49,7 +48,7 @@ def check_digest(digest: str) -> str:
     A digest becomes a file name, so anything else (``..``, ``/``, upper case aliases)
     must never reach the filesystem.
     """
-    if not isinstance(digest, str) or _DIGEST.fullmatch(digest) is None:
+    if not isinstance(digest, str) or DIGEST_RE.fullmatch(digest) is None:
         raise InvalidDigest(f"invalid digest {digest!r}: expected 64 lowercase hex characters")
     return digest
 
@@ -416,7 +415,9 @@ class CodeStore:
         """Digests of the files present (unverified: ``has`` verifies one)."""
         with _disk(f"cannot list the code store at {self._root}"), os.scandir(self._root) as it:
             return {
-                e.name for e in it if _DIGEST.fullmatch(e.name) and e.is_file(follow_symlinks=False)
+                e.name
+                for e in it
+                if DIGEST_RE.fullmatch(e.name) and e.is_file(follow_symlinks=False)
             }
 
     def remove(self, digest: str) -> bool:

@@ -26,14 +26,14 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_random_exponential
 
+from cluster.api import records
+from cluster.paths import Paths
+from cluster.reads import Holders, live_replicas, read_holders_of
+from cluster.recordcache import RecordCache
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.peer import fetch_from_peer
-from code_sync.state import Holders, live_replicas, read_holders_of
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.recordcache import RecordCache
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class CodeSyncer:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         replica_id: str,
         store: CodeStore,
         storms: RecordCache[records.StormBase],
@@ -70,7 +70,7 @@ class CodeSyncer:
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._id = replica_id
         self.store = store
         self.storms = storms

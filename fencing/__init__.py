@@ -2,7 +2,9 @@
 
 Every cluster-state write is one multi-op that begins with a check of the leader's own
 lock node, so a deposed, paused or partitioned replica can never write. Also holds the
-take-office multi-op and the membership API for a process's own ephemeral nodes.
+take-office multi-op, the membership API for a process's own ephemeral nodes, claims and
+commit markers, and the lease that bounds how long a leader trusts its lock. It imports
+``cluster`` only.
 """
 
 from fencing.errors import (
@@ -15,10 +17,11 @@ from fencing.errors import (
 )
 from fencing.membership import Membership, ensure_folders
 from fencing.ops import Check, Create, Delete, Op, SetData
-from fencing.token import LeadershipToken
+from fencing.token import CancelReason, LeadershipToken
 from fencing.writer import FencedWriter, stamp_epoch
 
 __all__ = [
+    "CancelReason",
     "Check",
     "Create",
     "Delete",

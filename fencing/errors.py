@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nimbus.errors import NimbusError
+from cluster.errors import NimbusError
 
 
 class FencingError(NimbusError):

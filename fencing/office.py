@@ -13,31 +13,24 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from cluster.api import records
+from cluster.paths import Paths
 from fencing import txn
 from fencing.errors import NotLeaderError, WriteConflictError
 from fencing.ops import Check, Create, Delete, Op, SetData
 from fencing.writer import FencedWriter
-from nimbus.api import records
 
 TAKE_OFFICE_ATTEMPTS = 5
 
 
-def leader_epoch_path(root: str) -> str:
-    return f"{root}/leader-epoch"
-
-
-def epochs_path(root: str) -> str:
-    return f"{root}/epochs"
-
-
-def read_leader_epoch(client: KazooClient, root: str) -> tuple[records.LeaderEpoch | None, int]:
+def read_leader_epoch(client: KazooClient, paths: Paths) -> tuple[records.LeaderEpoch | None, int]:
     """The current ``LeaderEpoch`` record and its znode version (None, -1 when absent).
 
     A record that does not parse is returned as None with its real version, so a
     damaged node never blocks an election: the next holder overwrites it.
     """
     try:
-        data, stat = client.get(leader_epoch_path(root))
+        data, stat = client.get(paths.leader_epoch)
     except NoNodeError:
         return None, -1
     try:
@@ -46,9 +39,9 @@ def read_leader_epoch(client: KazooClient, root: str) -> tuple[records.LeaderEpo
         return None, int(stat.version)
 
 
-def highest_recorded_epoch(client: KazooClient, root: str) -> int:
+def highest_recorded_epoch(client: KazooClient, paths: Paths) -> int:
     try:
-        children = client.get_children(epochs_path(root))
+        children = client.get_children(paths.epochs)
     except NoNodeError:
         return 0
     return max((int(c) for c in children if c.isdigit()), default=0)
@@ -56,7 +49,7 @@ def highest_recorded_epoch(client: KazooClient, root: str) -> int:
 
 def take_office(
     client: KazooClient,
-    root: str,
+    paths: Paths,
     *,
     lock_node: str,
     holder: str,
@@ -71,8 +64,8 @@ def take_office(
     """
     last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
-        current, version = read_leader_epoch(client, root)
-        previous = max(current.epoch if current else 0, highest_recorded_epoch(client, root))
+        current, version = read_leader_epoch(client, paths)
+        previous = max(current.epoch if current else 0, highest_recorded_epoch(client, paths))
         epoch = previous + 1
         started = now_ms()
         record = records.LeaderEpoch(
@@ -82,14 +75,14 @@ def take_office(
             epoch=epoch, holder=holder, lock_node=lock_node, started_ms=started
         ).SerializeToString(deterministic=True)
         write: Op = (
-            SetData(leader_epoch_path(root), record, version)
+            SetData(paths.leader_epoch, record, version)
             if version >= 0
-            else Create(leader_epoch_path(root), record)
+            else Create(paths.leader_epoch, record)
         )
         ops: list[Op] = [
             Check(lock_node, -1),
             write,
-            Create(f"{epochs_path(root)}/{epoch}", history),
+            Create(paths.epoch(epoch), history),
         ]
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)
@@ -106,15 +99,15 @@ def take_office(
     raise last_error
 
 
-def prune_epochs(writer: FencedWriter, client: KazooClient, root: str, *, keep: int) -> int:
+def prune_epochs(writer: FencedWriter, client: KazooClient, paths: Paths, *, keep: int) -> int:
     """Delete all but the newest ``keep`` entries of ``/epochs`` (fenced); returns count."""
     try:
-        children = client.get_children(epochs_path(root))
+        children = client.get_children(paths.epochs)
     except NoNodeError:
         return 0
     numbers = sorted(int(c) for c in children if c.isdigit())
     stale = numbers[:-keep] if keep > 0 else numbers
     if not stale:
         return 0
-    writer.batch([Delete(f"{epochs_path(root)}/{n}") for n in stale])
+    writer.batch([Delete(paths.epoch(n)) for n in stale])
     return len(stale)

@@ -23,7 +23,7 @@ from fencing.errors import (
     WriteOutcomeUnknown,
 )
 from fencing.ops import Check, Create, Delete, Op, SetData
-from fencing.token import LeadershipToken
+from fencing.token import CancelReason, LeadershipToken
 
 R = TypeVar("R")
 LeaderHint = Callable[[], str | None]
@@ -42,7 +42,7 @@ class FencedWriter:
     """Writes cluster state under one leadership token.
 
     ``leader_hint`` names the current leader for error messages (from the discovery
-    cache). ``lease_valid`` (see ``leader.lease``) makes a replica that woke from a pause
+    cache). ``lease_valid`` (see ``fencing.lease``) makes a replica that woke from a pause
     refuse before kazoo has noticed. ``timeout`` bounds each round trip; past it the
     outcome is unknown. ``observer`` (settable later) is told each write's outcome, so the
     daemon can count them without this package depending on a metrics library.
@@ -171,7 +171,7 @@ class FencedWriter:
             results = txn.commit(self._client, fenced, timeout=self._timeout)
         except WriteOutcomeUnknown as e:
             if isinstance(e.__cause__, SessionExpiredError):
-                self.token.cancel("ZooKeeper session expired during a write")
+                self.token.cancel(CancelReason.WRITE_REFUSED, "session expired during a write")
             raise
         failure = txn.first_failure(results)
         if failure is None:
@@ -179,7 +179,7 @@ class FencedWriter:
         index, error = failure
         if index == 0:
             reason = f"own lock node {self.token.lock_node} is gone"
-            self.token.cancel(f"fenced write refused: {reason}")
+            self.token.cancel(CancelReason.WRITE_REFUSED, reason)
             raise NotLeaderError(
                 f"not the leader: {reason}; nothing was written", leader=self._hint()
             ) from error
@@ -196,7 +196,7 @@ class FencedWriter:
             )
         if self.token.cancelled:
             raise NotLeaderError(
-                f"leadership of epoch {self.token.epoch} ended ({self.token.reason}); "
+                f"leadership of epoch {self.token.epoch} ended ({self.token.why}); "
                 "nothing was written",
                 leader=self._hint(),
             )

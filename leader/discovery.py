@@ -19,8 +19,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from leader.paths import Paths
-from nimbus.api import records
+from cluster.api import records
+from cluster.paths import Paths
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ class LeaderInfo:
 class LeaderCache:
     """Watch-fed view of ``/leader-epoch``, the lock queue and ``/nimbuses``."""
 
-    def __init__(self, client: KazooClient, root: str) -> None:
+    def __init__(self, client: KazooClient, paths: Paths) -> None:
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._guard = threading.Lock()
         self._changed = threading.Condition()  # its own lock: predicates read under _guard
         self._epoch_record: records.LeaderEpoch | None = None

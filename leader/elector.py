@@ -15,6 +15,7 @@ what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -26,7 +27,9 @@ from kazoo.exceptions import CancelledError, ConnectionLoss, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
+from cluster.paths import Paths
 from fencing import (
+    CancelReason,
     FencedWriter,
     FencingError,
     LeadershipToken,
@@ -34,9 +37,8 @@ from fencing import (
     NotLeaderError,
     WriteOutcomeUnknown,
 )
+from fencing.lease import Heartbeat, Lease
 from fencing.office import prune_epochs, read_leader_epoch, take_office
-from leader.lease import Heartbeat, Lease
-from leader.paths import Paths
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +46,23 @@ CodeGate = Callable[[], bool]
 Elected = Callable[[int, LeadershipToken, FencedWriter], None]
 Deposed = Callable[[str], None]
 
-SHUTDOWN = "shutdown"
+#: Entries of ``Elector.history`` kept: enough for any test or log reader, never unbounded.
+HISTORY_KEPT = 1000
+#: Pause after an unexpected error before queueing again, so a persistent fault does not spin.
+ERROR_BACKOFF = 1.0
+
+
+class GateStage(enum.Enum):
+    """When the code gate runs: before queueing it is waited on; after winning, a miss
+    means leaving the queue (never hold the lock while waiting for code)."""
+
+    BEFORE_QUEUEING = "before queueing"
+    AFTER_WINNING = "after winning"
 
 
 @dataclass(frozen=True)
 class ElectorSettings:
-    root: str
+    paths: Paths
     replica_id: str
     session_timeout: float
     gate_poll_interval: float = 0.5
@@ -73,7 +86,7 @@ class Elector:
     ) -> None:
         self._client = client
         self._s = settings
-        self._paths = Paths(settings.root)
+        self._paths = settings.paths
         self._gate = has_all_code
         self._on_elected = on_elected
         self._on_deposed = on_deposed
@@ -83,7 +96,7 @@ class Elector:
         self._heartbeat = Heartbeat(
             client,
             self.lease,
-            path=settings.root,
+            path=settings.paths.root,
             interval=settings.session_timeout / 6,
             clock=clock,
         )
@@ -96,6 +109,7 @@ class Elector:
         self._epoch = 0
         self.history: list[str] = []
         self._history_changed = threading.Condition()
+        self._running = True
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
 
     # -- public -------------------------------------------------------------------------
@@ -118,7 +132,7 @@ class Elector:
         with self._lock_guard:
             token, lock = self._token, self._lock
         if token is not None:
-            token.cancel(SHUTDOWN)
+            token.cancel(CancelReason.SHUTDOWN)
         if lock is not None:
             lock.cancel()
         self._thread.join(timeout)
@@ -127,7 +141,7 @@ class Elector:
         self._client.remove_listener(self._on_state)
 
     def is_leader(self) -> bool:
-        """Leader only with a live token *and* a fresh lease (see ``leader.lease``)."""
+        """Leader only with a live token *and* a fresh lease (see ``fencing.lease``)."""
         token = self._token
         return token is not None and not token.cancelled and self.lease.valid()
 
@@ -161,6 +175,7 @@ class Elector:
         log.info("%s: %s", self._s.replica_id, reason)
         with self._history_changed:
             self.history.append(reason)
+            del self.history[:-HISTORY_KEPT]
             self._history_changed.notify_all()
 
     def _run(self) -> None:
@@ -173,13 +188,36 @@ class Elector:
                     # unknown): start the cycle again; the thread must never die of it.
                     self._note(f"cycle interrupted by ZooKeeper: {type(e).__name__}")
                     self._stopping.wait(0.1)
+                except Exception as e:
+                    # Anything else (a code store that cannot read its disk, a damaged
+                    # record): end the term and leave the queue, so another replica can
+                    # lead, then queue again after a pause. Dying here would keep our
+                    # lock node, and with it every other replica, waiting forever.
+                    log.exception("%s: elector error", self._s.replica_id)
+                    self._note(f"elector error, left the queue: {type(e).__name__}: {e}")
+                    self._abandon_term(f"{type(e).__name__}: {e}")
+                    self._stopping.wait(ERROR_BACKOFF)
         finally:
             self._note("elector stopped")
+            self._running = False
+
+    @property
+    def running(self) -> bool:
+        """False once the elector thread has ended (stopped, or it could not go on)."""
+        return self._running
+
+    def _abandon_term(self, detail: str) -> None:
+        """After an unexpected error: cancel the token and leave the queue if we can."""
+        with self._lock_guard:
+            token, lock = self._token, self._lock
+        if token is not None:
+            token.cancel(CancelReason.ELECTOR_ERROR, detail)
+        self._release(lock)
 
     def _cycle(self) -> None:
         if not self._wait_connected():
             return
-        if not self._gate_passes("before queueing"):
+        if not self._gate_passes(GateStage.BEFORE_QUEUEING):
             return
         # A node of ours still queued (its release failed on a dropped connection) would
         # sit ahead of the new one: we would wait on ourselves, and everyone behind us.
@@ -201,13 +239,13 @@ class Elector:
         self._note(f"won the lock ({lock.node})")
         if self._stopping.is_set():
             return
-        if not self._gate_passes("after winning"):
+        if not self._gate_passes(GateStage.AFTER_WINNING):
             self._release(lock)
             return
         try:
             epoch = take_office(
                 self._client,
-                self._s.root,
+                self._paths,
                 lock_node=lock_node,
                 holder=self._s.replica_id,
                 now_ms=self._wall_ms,
@@ -238,10 +276,10 @@ class Elector:
             with self._lock_guard:
                 self._token = token  # first: a disconnect from now on cancels this token
             if not self._connected.is_set():
-                token.cancel("ZooKeeper connection SUSPENDED before the term started")
+                token.cancel(CancelReason.DISCONNECTED, "before the term started")
             self._watch_lock_node(token)
             if self._stopping.is_set():
-                token.cancel(SHUTDOWN)
+                token.cancel(CancelReason.SHUTDOWN)
             writer = FencedWriter(
                 self._client,
                 token,
@@ -251,19 +289,18 @@ class Elector:
             )
             if not resumed:
                 try:
-                    prune_epochs(writer, self._client, self._s.root, keep=self._s.epochs_kept)
+                    prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
                 except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
                     log.warning("could not prune old epochs: %s", e)
             if not token.cancelled and self._on_elected is not None:
                 self._on_elected(epoch, token, writer)
             token.wait()
-            reason = token.reason or "unknown"
-            self._note(f"deposed: {reason}")
+            self._note(f"deposed: {token.why}")
             if self._on_deposed is not None:
-                self._on_deposed(reason)
+                self._on_deposed(token.why)
             if self._stopping.is_set():
                 return
-            if not reason.startswith("ZooKeeper connection SUSPENDED"):
+            if token.reason is None or not token.reason.resumable:
                 self._release(lock)
                 return
             if not self._term_survived(lock, lock_node, session, epoch):
@@ -285,7 +322,7 @@ class Elector:
                     self._note("session or lock node lost while disconnected; queueing again")
                     self._release(lock)
                     return False
-                current, _ = read_leader_epoch(self._client, self._s.root)
+                current, _ = read_leader_epoch(self._client, self._paths)
                 if current is None or current.epoch != epoch or current.lock_node != lock_node:
                     self._note("leader-epoch no longer names us; queueing again")
                     self._release(lock)
@@ -310,27 +347,27 @@ class Elector:
         self.lease.expire()
         token = self._token
         if token is not None:
-            token.cancel(f"ZooKeeper connection {state}")
+            token.cancel(CancelReason.DISCONNECTED, f"connection {state}")
         self._wake.set()
 
     def _watch_lock_node(self, token: LeadershipToken) -> None:
         def watch(event: WatchedEvent) -> None:
             if event.type == EventType.DELETED:
-                token.cancel("own lock node deleted")
+                token.cancel(CancelReason.LOCK_NODE_DELETED)
             elif not token.cancelled and event.type != EventType.NONE:
                 self._watch_lock_node(token)
 
         try:
             if self._client.exists(token.lock_node, watch=watch) is None:
-                token.cancel("own lock node deleted")
+                token.cancel(CancelReason.LOCK_NODE_DELETED)
         except ConnectionLoss:
             # Connection trouble, not an ended term: end it as a disconnect does, so the
             # term can resume once the session proves intact.
-            token.cancel("ZooKeeper connection SUSPENDED while watching own lock node")
+            token.cancel(CancelReason.DISCONNECTED, "while watching own lock node")
         except KazooException as e:
-            token.cancel(f"could not watch own lock node: {type(e).__name__}")
+            token.cancel(CancelReason.WATCH_FAILED, type(e).__name__)
 
-    def _gate_passes(self, when: str) -> bool:
+    def _gate_passes(self, when: GateStage) -> bool:
         """Run the gate until it passes; False when stopping or the connection dropped."""
         waiting_noted = False
         while not self._stopping.is_set():
@@ -343,9 +380,9 @@ class Elector:
             if ok:
                 return True
             if not waiting_noted:
-                self._note(f"waiting for code ({when})")
+                self._note(f"waiting for code ({when.value})")
                 waiting_noted = True
-            if when != "before queueing":
+            if when is not GateStage.BEFORE_QUEUEING:
                 return False  # never hold the lock while waiting: leave, wait, queue again
             self._wake.wait(self._s.gate_poll_interval)
             if not self._connected.is_set():

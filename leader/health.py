@@ -1,9 +1,10 @@
 """The standard gRPC health service, computed live on every Check.
 
-The empty name is SERVING while this replica has a fresh word from ZooKeeper (what
-Kubernetes readiness probes); ``nimbus.leader`` is SERVING only on the leader, for
-proxies that health-check each backend. Computing on each call (not only on events)
-means a replica that just woke from a pause answers NOT_SERVING before kazoo noticed.
+The empty name is SERVING while this replica has a fresh word from ZooKeeper and its
+elector runs (what Kubernetes probes: a replica that can never lead gets restarted);
+``nimbus.leader`` is SERVING only on the leader, for proxies that health-check each
+backend. Computing on each call (not only on events) means a replica that just woke
+from a pause answers NOT_SERVING before kazoo noticed.
 """
 
 from __future__ import annotations
@@ -20,15 +21,22 @@ _NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class NimbusHealth(health.HealthServicer):
-    def __init__(self, *, connected: Callable[[], bool], is_leader: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        *,
+        connected: Callable[[], bool],
+        is_leader: Callable[[], bool],
+        running: Callable[[], bool] = lambda: True,
+    ) -> None:
         super().__init__()
         self._connected = connected
         self._is_leader = is_leader
+        self._running = running
         self.refresh()
 
     def _status(self, service: str) -> int | None:
         if service == "":
-            return _SERVING if self._connected() else _NOT_SERVING
+            return _SERVING if self._connected() and self._running() else _NOT_SERVING
         if service == LEADER_SERVICE:
             return _SERVING if self._is_leader() else _NOT_SERVING
         return None

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
+from cluster import __version__
+from cluster.api import records
+from cluster.paths import Paths
 from fencing import FencingError, Membership
-from leader.paths import Paths
-from nimbus import __version__
-from nimbus.api import records
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class Registry:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         replica_id: str,
         *,
         start_time_ms: int,
@@ -34,7 +34,7 @@ class Registry:
         sync_lag: Callable[[], int] = lambda: 0,
     ) -> None:
         self._client = client
-        self._path = Paths(root).nimbus(replica_id)
+        self._path = paths.nimbus(replica_id)
         self._membership = Membership(client, replica_id, timeout=timeout)
         self._replica_id = replica_id
         self._start_time_ms = start_time_ms

@@ -1,7 +1,12 @@
-"""The Nimbus daemon: config, the ZooKeeper and gRPC factories, the server and the CLI.
+"""The Nimbus daemon and its edges, the top of the service.
 
-Also ships the embedded ZooKeeper launcher and the fault proxy used by tests and by the
-one-command local cluster.
+Config, the daemon that wires a replica, the gRPC servicer and the client library that
+follows the leader, lifecycle, submission, the scheduler, the web UI, metrics, server-side
+security and the ``nimbus`` CLI. It may import every layer below (``pipeline``, ``leader``,
+``code_sync``, ``fencing``, ``cluster``) and never ``devtools``: the developer subcommands
+join the CLI through the ``nimbus.commands`` entry points.
 """
 
-__version__ = "0.1.0"
+from cluster import __version__
+
+__all__ = ["__version__"]

@@ -1,32 +1,34 @@
-"""The ``nimbus`` command: one entry point, one module per subcommand."""
+"""The ``nimbus`` command: one entry point, one module per subcommand.
+
+The service's own subcommands are imported here; others (``nimbus dev`` and ``nimbus
+zookeeper`` from ``devtools``) register through the ``nimbus.commands`` entry-point group,
+so the daemon never imports the developer tooling that stands above it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
-from nimbus import (
-    cmd_dev,
-    cmd_leader,
-    cmd_serve,
-    cmd_supervisor,
-    cmd_topology,
-    cmd_zookeeper,
-)
-from nimbus.errors import NimbusError
-from nimbus.security import client as client_security
+from cluster.errors import NimbusError
+from cluster.security import client as client_security
+from nimbus import cmd_leader, cmd_serve, cmd_supervisor, cmd_topology
+
+#: Entry-point group of extra subcommands: each names a ``register(subparsers)`` function.
+COMMANDS_GROUP = "nimbus.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nimbus", description=__doc__)
+    parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_serve.register(sub)
     cmd_supervisor.register(sub)
     cmd_leader.register(sub)
     cmd_topology.register(sub)
-    cmd_dev.register(sub)
-    cmd_zookeeper.register(sub)
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
     return parser
 
 

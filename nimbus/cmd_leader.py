@@ -8,12 +8,12 @@ import sys
 import time
 from typing import Any
 
-from leader.client import NimbusClient
-from nimbus.api import pb, records
+from cluster.api import pb, records
+from cluster.envargs import add_env_flag
+from cluster.errors import NimbusError
+from cluster.security.client import add_client_flags
+from nimbus.client import NimbusClient
 from nimbus.cmd_topology import topology_row
-from nimbus.envargs import add_env_flag
-from nimbus.errors import NimbusError
-from nimbus.security.client import add_client_flags
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
@@ -10,10 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from cluster.envargs import add_env_flag
+from cluster.errors import ConfigError, NimbusError
 from nimbus import logs
-from nimbus.config import NimbusConfig
-from nimbus.envargs import add_env_flag
-from nimbus.errors import ConfigError, NimbusError
+from nimbus.config import make_config
 from nimbus.malloc import tune_for_streaming
 
 # flag, type, default, help. Values come from, highest first: the flag, the environment
@@ -25,11 +27,11 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--advertise", str, "", "address peers and clients use"),
     ("--session-timeout", float, 10.0, "seconds"),
     ("--code-dir", str, "nimbus-code", "local code store folder"),
-    ("--replicas", int, 1, "replicas the operator runs"),
+    ("--replicas", int, 0, "replicas the operator runs: an upper bound for --min-replicas"),
     (
         "--min-replicas", int, 0,
         "replicas that must hold a package before a submit is acknowledged "
-        "(default: 2 when --replicas > 1, else 1)",
+        "(default: 2, or 1 while only one replica is live)",
     ),
     ("--replication-wait", float, 30.0, "seconds"),
     (
@@ -62,6 +64,7 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--log-format", str, "json", "json (one object per line) or text"),
     ("--metrics-port", int, 0, "Prometheus /metrics port on the --listen host (0: off)"),
     ("--k8s-pod", str, "", "this pod's name: label it nimbus-role=leader|follower (empty: off)"),
+    ("--shutdown-grace", float, 10.0, "SIGTERM: seconds to hand over and exit, whatever happens"),
 ]  # fmt: skip
 
 
@@ -113,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tune_for_streaming()
     try:
-        config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
+        config = make_config(**{**values, "code_dir": Path(values["code_dir"])})
         log_context.replica = config.replica_id
         from nimbus.daemon import NimbusDaemon  # here: every other command skips its imports
 
@@ -139,5 +142,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"web UI http://{config.advertise.rsplit(':', 1)[0]}:{daemon.ui.port}/", flush=True)
     while not stop.wait(0.5):
         pass
-    daemon.stop()
+    stopper = threading.Thread(target=daemon.stop, name="shutdown", daemon=True)
+    stopper.start()
+    stopper.join(config.shutdown_grace)
+    if stopper.is_alive():
+        # ZooKeeper unreachable, say: the hand-over could not finish. Exit anyway, as a
+        # pod must within its grace period; the session expires and another replica leads.
+        print(
+            f"nimbus serve: shutdown not finished within --shutdown-grace "
+            f"{config.shutdown_grace:g}s; exiting",
+            file=sys.stderr,
+            flush=True,
+        )
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -10,13 +10,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from cluster.envargs import add_env_flag
+from cluster.errors import NimbusError
+from cluster.security import client as client_security
+from cluster.security.client import add_client_flags
+from cluster.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
 from nimbus import logs
-from nimbus.envargs import add_env_flag
-from nimbus.errors import NimbusError
 from nimbus.metrics import MetricsServer, serve_supervisor_metrics
-from nimbus.security import client as client_security
-from nimbus.security.client import add_client_flags
-from nimbus.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
 from pipeline.supervisor import (
     Supervisor,
     SupervisorConfig,
@@ -103,9 +103,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pipeline.supervisor``: the same flags without the ``nimbus`` front end."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.supervisor", description=__doc__)
+    """``python -m nimbus.cmd_supervisor``: the same flags without the ``nimbus`` front end."""
+    parser = argparse.ArgumentParser(prog="python -m nimbus.cmd_supervisor", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code
+
+
+if __name__ == "__main__":
+    # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
+    from nimbus.cmd_supervisor import main as run_main
+
+    sys.exit(run_main())

@@ -12,11 +12,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from leader.client import NimbusClient
-from nimbus.api import pb, records
-from nimbus.envargs import add_env_flag
-from nimbus.errors import NimbusError
-from nimbus.security.client import add_client_flags
+from cluster.api import pb, records
+from cluster.envargs import add_env_flag
+from cluster.errors import NimbusError
+from cluster.security.client import add_client_flags
+from nimbus.client import NimbusClient
 
 CHUNK = 1024 * 1024
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from nimbus.errors import ConfigError
-from nimbus.security.zkauth import parse_flag_bool
+from cluster.errors import ConfigError
+from cluster.paths import Paths, valid_root
+from cluster.security.zkauth import parse_flag_bool
 
-_ROOT_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+DEFAULT_SESSION_TIMEOUT = 10.0
+DEFAULT_REPLICATION_WAIT = 30.0
 
 
 def parse_address(value: str, what: str) -> tuple[str, int]:
@@ -33,12 +35,12 @@ class NimbusConfig:
     listen: str
     advertise: str = ""
     root: str = "/storm"
-    session_timeout: float = 10.0
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT
     code_dir: Path = field(default_factory=lambda: Path("nimbus-code"))
-    connect_timeout: float = 0.0  # 0: the larger of 30 s and the session timeout
-    replicas: int = 1  # how many replicas the operator runs; sets the min_replicas default
-    min_replicas: int = 0  # 0: 2 when replicas > 1, else 1
-    replication_wait: float = 30.0
+    connect_timeout: float = 30.0  # make_config: the larger of 30 s and the session timeout
+    replicas: int = 0  # an upper bound for min_replicas when set; 0: not set
+    min_replicas: int = 0  # 0: min(2, live replicas in /nimbuses), counted at each submit
+    replication_wait: float = DEFAULT_REPLICATION_WAIT
     code_wait: float = 60.0
     sync_interval: float = 1.0
     schedule_interval: float = 1.0  # seconds between scheduler passes
@@ -46,7 +48,7 @@ class NimbusConfig:
     max_package_mib: float = 64.0
     validate_timeout: float = 20.0  # the sandboxed check of a submitted build(); 0: off
     validate_memory_mib: int = 1024
-    gc_grace: float = 0.0  # 0: twice the replication wait plus a minute
+    gc_grace: float = 120.0  # make_config: twice the replication wait plus a minute
     ui_port: int = 0  # the read-only web UI on the --listen host; 0: not served
     # Security (README "Security"); all off by default. Secrets only in files or env.
     zk_auth_file: str = ""  # user:password file; else $NIMBUS_ZK_AUTH_FILE, $NIMBUS_ZK_AUTH
@@ -59,25 +61,20 @@ class NimbusConfig:
     auth_reads: bool = False  # read-only calls need a token too
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
     k8s_pod: str = ""  # this pod's name: label it nimbus-role=leader|follower; "": off
+    shutdown_grace: float = 10.0  # SIGTERM: hand over and exit within this many seconds
 
     def __post_init__(self) -> None:
+        """Validation only: derived values are computed by ``make_config`` beforehand."""
         for flag in ("zk_world_readable", "auth_reads"):
-            try:
-                object.__setattr__(self, flag, parse_flag_bool(getattr(self, flag)))
-            except ValueError as e:
-                raise ConfigError(f"--{flag.replace('_', '-')}: {e}") from e
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"--{flag.replace('_', '-')} must be true or false")
         if not self.zookeeper.strip():
             raise ConfigError("--zookeeper is required (a connect string, host:port[,...])")
-        if not _ROOT_RE.match(self.root):
+        if not valid_root(self.root):
             raise ConfigError(
                 f"--root must be an absolute ZooKeeper path like /storm, got {self.root!r}"
             )
-        parse_address(self.listen, "--listen")
-        if not self.advertise:
-            host, port = parse_address(self.listen, "--listen")
-            if host in ("0.0.0.0", "::", "[::]", ""):
-                host = socket.getfqdn()
-            object.__setattr__(self, "advertise", f"{host}:{port}")
+        _, listen_port = parse_address(self.listen, "--listen")
         host, port = parse_address(self.advertise, "--advertise")
         if port == 0:
             raise ConfigError("--advertise needs a real port (not 0); set --listen's port")
@@ -87,13 +84,15 @@ class NimbusConfig:
             raise ConfigError(
                 f"--session-timeout must be between 1 and 120 seconds, got {self.session_timeout}"
             )
-        if self.replicas < 1:
-            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
-        if self.min_replicas == 0:
-            object.__setattr__(self, "min_replicas", 2 if self.replicas > 1 else 1)
-        if not 1 <= self.min_replicas <= max(self.replicas, 1):
+        if self.replicas < 0:
+            raise ConfigError(f"--replicas must be at least 1 (0: not set), got {self.replicas}")
+        if self.min_replicas < 0:
             raise ConfigError(
-                f"--min-replicas ({self.min_replicas}) must be between 1 and --replicas "
+                f"--min-replicas must be at least 1 (0: the default rule), got {self.min_replicas}"
+            )
+        if self.replicas and self.min_replicas > self.replicas:
+            raise ConfigError(
+                f"--min-replicas ({self.min_replicas}) must not exceed --replicas "
                 f"({self.replicas}): a submission could never be acknowledged"
             )
         if self.replication_wait <= 0 or self.code_wait <= 0 or self.sync_interval <= 0:
@@ -114,29 +113,29 @@ class NimbusConfig:
                 f"--schedule-interval ({self.schedule_interval}s) must be > 0 and below "
                 f"--heartbeat-timeout ({self.heartbeat_timeout}s)"
             )
-        if self.gc_grace == 0:
-            object.__setattr__(self, "gc_grace", 2 * self.replication_wait + 60.0)
         if self.gc_grace <= self.replication_wait:
             raise ConfigError(
                 f"code GC grace ({self.gc_grace}s) must exceed the replication wait "
                 f"({self.replication_wait}s), or a submission still waiting for replicas "
                 "could lose its code"
             )
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"--metrics-port must be within 0..65535, got {self.metrics_port}")
-        if self.metrics_port and self.metrics_port == parse_address(self.listen, "--listen")[1]:
-            raise ConfigError(f"--metrics-port {self.metrics_port} is the gRPC port too")
-        if not 0 <= self.ui_port <= 65535:
-            raise ConfigError(f"--ui-port must be within 0..65535, got {self.ui_port}")
-        if self.ui_port and self.ui_port == parse_address(self.listen, "--listen")[1]:
-            raise ConfigError(f"--ui-port {self.ui_port} is the gRPC port too")
-        if self.connect_timeout == 0:
-            object.__setattr__(self, "connect_timeout", max(30.0, self.session_timeout))
+        for flag, value in (("--metrics-port", self.metrics_port), ("--ui-port", self.ui_port)):
+            if not 0 <= value <= 65535:
+                raise ConfigError(f"{flag} must be within 0..65535, got {value}")
+            if value and value == listen_port:
+                raise ConfigError(f"{flag} {value} is the gRPC port too")
         if self.connect_timeout < self.session_timeout:
             raise ConfigError(
                 f"connect timeout ({self.connect_timeout}s) must be at least the session "
                 f"timeout ({self.session_timeout}s)"
             )
+        if self.shutdown_grace <= 0:
+            raise ConfigError(f"--shutdown-grace must be > 0, got {self.shutdown_grace}")
+
+    @property
+    def paths(self) -> Paths:
+        """The ZooKeeper layout under ``root``."""
+        return Paths(self.root)
 
     @property
     def replica_id(self) -> str:
@@ -146,7 +145,32 @@ class NimbusConfig:
     def max_package_bytes(self) -> int:
         return int(self.max_package_mib * 1024 * 1024)
 
-    @property
-    def lease_duration(self) -> float:
-        """Two thirds of the session: always over before ZooKeeper can expire us."""
-        return self.session_timeout * 2 / 3
+
+def make_config(**values: Any) -> NimbusConfig:
+    """The one way to make a ``NimbusConfig``: derived defaults computed, then validated.
+
+    ``values`` are ``NimbusConfig`` fields as flags, env or a TOML file give them: the
+    boolean flags may be strings ("true", "0", ...), and 0 or "" asks for the default
+    derived from other fields (``advertise``, ``gc_grace``, ``connect_timeout``).
+    """
+    for flag in ("zk_world_readable", "auth_reads"):
+        if flag in values:
+            try:
+                values[flag] = parse_flag_bool(values[flag])
+            except ValueError as e:
+                raise ConfigError(f"--{flag.replace('_', '-')}: {e}") from e
+    if not values.get("advertise"):
+        host, port = parse_address(str(values.get("listen", "")), "--listen")
+        if host in ("0.0.0.0", "::", "[::]", ""):
+            host = socket.getfqdn()
+        values["advertise"] = f"{host}:{port}"
+    if not values.get("gc_grace"):
+        wait = float(values.get("replication_wait", DEFAULT_REPLICATION_WAIT))
+        values["gc_grace"] = 2 * wait + 60.0
+    if not values.get("connect_timeout"):
+        session = float(values.get("session_timeout", DEFAULT_SESSION_TIMEOUT))
+        values["connect_timeout"] = max(30.0, session)
+    try:
+        return NimbusConfig(**values)
+    except TypeError as e:
+        raise ConfigError(f"unknown setting: {e}") from e

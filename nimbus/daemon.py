@@ -15,6 +15,12 @@ from grpc_health.v1 import health_pb2_grpc
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 
+from cluster.api import records, rpc
+from cluster.errors import ConfigError, ZooKeeperUnavailableError
+from cluster.factory import make_grpc_server, make_kazoo_client
+from cluster.recordcache import RecordCache
+from cluster.security import client as client_security
+from cluster.security.zkauth import warn_if_open
 from code_sync.duty import CodeMissingDuty
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
@@ -23,23 +29,16 @@ from fencing import FencedWriter, LeadershipToken, ensure_folders
 from leader.discovery import LeaderCache
 from leader.elector import Elector, ElectorSettings
 from leader.health import NimbusHealth
-from leader.paths import Paths
 from leader.registry import Registry
-from leader.servicer import NimbusServicer
-from nimbus.api import records, rpc
 from nimbus.config import NimbusConfig, parse_address
-from nimbus.errors import ConfigError, ZooKeeperUnavailableError
-from nimbus.factory import make_grpc_server, make_kazoo_client
 from nimbus.grpc_metrics import MetricsInterceptor
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
-from nimbus.metrics import MetricsServer, ReplicaMetrics
+from nimbus.metrics import DownloadCounter, MetricsServer, ReplicaMetrics
 from nimbus.podlabel import PodApi, PodLabeler
-from nimbus.recordcache import RecordCache
 from nimbus.scheduler import SchedulerDuty
-from nimbus.security import client as client_security
 from nimbus.security.credentials import CredentialsDuty
 from nimbus.security.server import load_server_security
-from nimbus.security.zkauth import warn_if_open
+from nimbus.servicer import NimbusServicer
 from nimbus.submission import Submitter
 from nimbus.topology_api import DaemonTopologyApi
 from nimbus.ui import WebUi
@@ -51,19 +50,14 @@ CODE_DOWNLOAD_TIMEOUT = 300.0  # seconds for one package from one peer
 
 
 class NimbusDaemon:
+    """One replica. The parts are built in dependency order, each from parts built before
+    it; ``start()`` starts them in order and, if one fails, stops those already running."""
+
     def __init__(
         self, config: NimbusConfig, *, has_all_code: Callable[[], bool] | None = None
     ) -> None:
         self.config = config
-        self.metrics = ReplicaMetrics(
-            replica_id=config.replica_id,
-            is_leader=lambda: self.elector.is_leader(),
-            leader_epoch=self.leader_epoch,
-            connected=self._connected,
-            missing_packages=lambda: self.syncer.lag,
-        )
-        self._metrics_server: MetricsServer | None = None
-        self.pod_labeler = PodLabeler(PodApi.in_cluster(config.k8s_pod)) if config.k8s_pod else None
+        self.paths = config.paths
         self.security = load_server_security(
             zk_auth_file=config.zk_auth_file,
             zk_world_readable=config.zk_world_readable,
@@ -78,14 +72,13 @@ class NimbusDaemon:
         self.client: KazooClient = make_kazoo_client(
             config.zookeeper, session_timeout=config.session_timeout, auth=self.security.zk_auth
         )
-        self.cache = LeaderCache(self.client, config.root)
+        self.cache = LeaderCache(self.client, self.paths)
         self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
-        self.storms = RecordCache(
-            self.client, Paths(config.root).storms, records.StormBase.FromString
-        )
+        self.storms = RecordCache(self.client, self.paths.storms, records.StormBase.FromString)
+        self.downloads = DownloadCounter()
         self.syncer = CodeSyncer(
             self.client,
-            config.root,
+            self.paths,
             config.replica_id,
             self.store,
             self.storms,
@@ -93,33 +86,42 @@ class NimbusDaemon:
             gc_grace=config.gc_grace,
             code_wait=config.code_wait,
             on_change=self._code_changed,
-            fetch=lambda address, digest: self.metrics.counting_bytes(
+            fetch=lambda address, digest: self.downloads.count(
                 fetch_from_peer(address, digest, timeout=CODE_DOWNLOAD_TIMEOUT)
             ),
         )
-        gate = has_all_code or self.syncer.has_all_code
         self._writer: FencedWriter | None = None
         self.elector = Elector(
             self.client,
             ElectorSettings(
-                root=config.root,
+                paths=self.paths,
                 replica_id=config.replica_id,
                 session_timeout=config.session_timeout,
             ),
-            has_all_code=gate,
+            has_all_code=has_all_code or self.syncer.has_all_code,
             on_elected=self._elected,
             on_deposed=self._deposed,
             leader_hint=self._leader_hint,
         )
+        self.metrics = ReplicaMetrics(
+            replica_id=config.replica_id,
+            is_leader=self.elector.is_leader,
+            leader_epoch=self.leader_epoch,
+            connected=self._connected,
+            missing_packages=lambda: self.syncer.lag,
+            downloaded_bytes=self.downloads,
+        )
         self.registry = Registry(
             self.client,
-            config.root,
+            self.paths,
             config.replica_id,
             start_time_ms=int(time.time() * 1000),
             timeout=config.session_timeout,
             sync_lag=lambda: self.syncer.lag,
         )
-        self.health = NimbusHealth(connected=self._connected, is_leader=self.elector.is_leader)
+        self.health = NimbusHealth(
+            connected=self._connected, is_leader=self.elector.is_leader, running=self._running
+        )
         self.server, self.port = make_grpc_server(
             config.listen,
             interceptors=[
@@ -128,26 +130,35 @@ class NimbusDaemon:
             ],
             tls=self.security.tls,
         )
+        api = DaemonTopologyApi(
+            self.client,
+            self.paths,
+            self.store,
+            Submitter(self.client, config, self.store, current_writer=self._current_writer),
+            Lifecycle(self.client, self.paths, current_writer=self._current_writer),
+        )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
-                replica_id=config.replica_id,
-                elector=self.elector,
-                cache=self.cache,
-                api=DaemonTopologyApi(
-                    self.client,
-                    config.root,
-                    self.store,
-                    Submitter(self.client, config, self.store, current_writer=self._current_writer),
-                    Lifecycle(self.client, config.root, current_writer=self._current_writer),
-                ),
+                replica_id=config.replica_id, elector=self.elector, cache=self.cache, api=api
             ),
             self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.pod_labeler = PodLabeler(PodApi.in_cluster(config.k8s_pod)) if config.k8s_pod else None
         self.ui: WebUi | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._started: list[Callable[[], None]] = []  # how to stop each started part, in order
         self._stopped = threading.Event()
 
     def start(self) -> None:
+        try:
+            self._start_parts()
+        except BaseException:
+            self._stop_started()
+            raise
+        log.info("replica %s serving gRPC on port %d", self.config.replica_id, self.port)
+
+    def _start_parts(self) -> None:
         if self.config.ui_port:  # bind first: a taken port fails before anything runs
             self._start_ui()
         if self.config.metrics_port:  # first: a taken port fails before anything else runs
@@ -155,9 +166,33 @@ class NimbusDaemon:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, host, self.config.metrics_port
             )
+            self._started.append(self._metrics_server.stop)
         if self.pod_labeler is not None:
             self.pod_labeler.start()
+            self._started.append(self.pod_labeler.stop)
             self.pod_labeler.set_role("follower")  # a restarted leader's pod drops the label
+        self._connect()
+        self.client.add_listener(self._on_state)
+        ensure_folders(self.client, self.paths.folders())
+        warn_if_open(self.client, self.config.root, self.security.zk_auth)
+        self.config.code_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.add_listener(self.health.refresh)
+        self.cache.start()
+        self.storms.start()
+        self.storms.wait_loaded(self.config.connect_timeout)
+        self.registry.start()
+        self._started.append(self.registry.stop)
+        self.server.start()
+        self._started.append(self._stop_server_now)
+        if self.ui is not None:
+            self.ui.start()
+            self._started.append(self.ui.stop)
+        self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
+        self.syncer.start()
+        self._started.append(self.syncer.stop)
+        self.elector.start()
+
+    def _connect(self) -> None:
         try:
             self.client.start(timeout=self.config.connect_timeout)
         except KazooTimeoutError as e:
@@ -167,28 +202,24 @@ class NimbusDaemon:
                 f"could not reach ZooKeeper at {self.config.zookeeper} within "
                 f"{self.config.connect_timeout:.0f}s"
             ) from e
-        try:
-            check_session_timeout(self.client, self.config.session_timeout)
-        except ConfigError:
-            self.client.stop()
-            self.client.close()
-            raise
-        self.client.add_listener(self._on_state)
-        ensure_folders(self.client, Paths(self.config.root).folders())
-        warn_if_open(self.client, self.config.root, self.security.zk_auth)
-        self.config.code_dir.mkdir(parents=True, exist_ok=True)
-        self.cache.add_listener(self.health.refresh)
-        self.cache.start()
-        self.storms.start()
-        self.storms.wait_loaded(self.config.connect_timeout)
-        self.registry.start()
-        self.server.start()
-        if self.ui is not None:
-            self.ui.start()
-        self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
-        self.syncer.start()
-        self.elector.start()
-        log.info("replica %s serving gRPC on port %d", self.config.replica_id, self.port)
+        self._started.append(self._close_client)
+        check_session_timeout(self.client, self.config.session_timeout)
+
+    def _stop_server_now(self) -> None:
+        self.server.stop(0).wait(1)
+
+    def _close_client(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+    def _stop_started(self) -> None:
+        """After a failed start: stop what did start, newest first, whatever each says."""
+        while self._started:
+            stop = self._started.pop()
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping a part after a failed start")
 
     def stop(self, grace: float = 2.0) -> None:
         """Graceful: hand over leadership first, then leave, then stop serving."""
@@ -224,7 +255,7 @@ class NimbusDaemon:
         host = self.config.listen.rpartition(":")[0].strip("[]")
         self.ui = WebUi(
             self.client,
-            root=self.config.root,
+            paths=self.paths,
             replica_id=self.config.replica_id,
             host=host,
             port=self.config.ui_port,
@@ -239,6 +270,10 @@ class NimbusDaemon:
             raise ConfigError(f"--ui-port {self.config.ui_port}: {e.strerror or e}") from e
 
     # -- callbacks ------------------------------------------------------------------------
+
+    def _running(self) -> bool:
+        """The elector runs: without it this replica can never lead, so it is not healthy."""
+        return self.elector.running
 
     def _connected(self) -> bool:
         return self.client.state == KazooState.CONNECTED and self.elector.lease.valid()
@@ -264,7 +299,7 @@ class NimbusDaemon:
         self._writer = writer
         CodeMissingDuty(
             self.client,
-            self.config.root,
+            self.paths,
             self.config.replica_id,
             self.syncer,
             writer,
@@ -272,14 +307,14 @@ class NimbusDaemon:
         ).start()
         LifecycleDuty(
             self.client,
-            self.config.root,
+            self.paths,
             writer,
             interval=self.config.sync_interval,
             storms=self.storms.items,
         ).start()
         SchedulerDuty(
             self.client,
-            self.config.root,
+            self.paths,
             writer,
             interval=self.config.schedule_interval,
             heartbeat_timeout=self.config.heartbeat_timeout,
@@ -289,7 +324,7 @@ class NimbusDaemon:
         if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
             CredentialsDuty(
                 self.client,
-                self.config.root,
+                self.paths,
                 self.security.zk_auth,
                 writer,
                 storms=self.storms.items,

@@ -20,7 +20,11 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from code_sync.state import read_storms
+from cluster.api import pb, records
+from cluster.apierror import ApiError
+from cluster.names import COMPONENT_RE, check_name, check_request_id
+from cluster.paths import Paths
+from cluster.reads import read_storms
 from fencing import (
     Delete,
     FencedWriter,
@@ -32,10 +36,6 @@ from fencing import (
     WriteConflictError,
     stamp_epoch,
 )
-from leader.paths import Paths
-from nimbus.api import pb, records
-from nimbus.apierror import ApiError
-from nimbus.names import COMPONENT_RE, check_name, check_request_id
 from nimbus.requests import recall, remember
 from nimbus.scheduler import rebalance_done
 
@@ -51,13 +51,13 @@ class Lifecycle:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         *,
         current_writer: CurrentWriter,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._current_writer = current_writer
         self._wall_ms = wall_ms
 
@@ -86,7 +86,7 @@ class Lifecycle:
         if request.num_workers < 0 or request.wait_s < 0:
             raise _invalid("--workers and --wait must not be negative")
         for component, parallelism in request.component_parallelism.items():
-            if not COMPONENT_RE.match(component) or parallelism < 1:
+            if not COMPONENT_RE.fullmatch(component) or parallelism < 1:
                 raise _invalid(f"bad parallelism {component!r}={parallelism}: name it, and >= 1")
         if not request.num_workers and not request.component_parallelism:
             raise _invalid("rebalance needs a new worker count or component parallelism")
@@ -201,7 +201,7 @@ class LifecycleDuty:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         writer: FencedWriter,
         *,
         interval: float,
@@ -209,7 +209,7 @@ class LifecycleDuty:
         storms: Callable[[], dict[str, records.StormBase]] | None = None,
     ) -> None:
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._storms = storms or (lambda: read_storms(self._client, self._paths))
         self._writer = writer
         self._interval = interval
@@ -249,7 +249,7 @@ class LifecycleDuty:
         for tree in (
             self._paths.assignment(topology_id),
             self._paths.workerbeats_of(topology_id),
-            f"{self._paths.errors}/{topology_id}",
+            self._paths.errors_of(topology_id),
             self._paths.code_holders(topology_id),
         ):
             try:

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
-from nimbus.errors import ConfigError
+from cluster.errors import ConfigError
 
 FORMATS = ("json", "text")
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

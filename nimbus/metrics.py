@@ -25,7 +25,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nimbus.errors import NimbusError
+from cluster.errors import NimbusError
 
 PREFIX = "nimbus"
 
@@ -46,6 +46,24 @@ def _registry() -> CollectorRegistry:
     return registry
 
 
+class DownloadCounter:
+    """Counts package bytes received from peers; made before the metrics that report it,
+    so the code syncer can be built first and the metrics wired to it afterwards."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[int], None]] = []
+
+    def on_bytes(self, listener: Callable[[int], None]) -> None:
+        self._listeners.append(listener)
+
+    def count(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """Pass ``chunks`` through, telling every listener their sizes."""
+        for chunk in chunks:
+            for listener in self._listeners:
+                listener(len(chunk))
+            yield chunk
+
+
 class ReplicaMetrics:
     """What one Nimbus replica exports. The daemon passes the live state as callables."""
 
@@ -57,6 +75,7 @@ class ReplicaMetrics:
         leader_epoch: Callable[[], int],
         connected: Callable[[], bool],
         missing_packages: Callable[[], int],
+        downloaded_bytes: DownloadCounter | None = None,
     ) -> None:
         self.registry = _registry()
         r = self.registry
@@ -112,6 +131,8 @@ class ReplicaMetrics:
             buckets=_GRPC_BUCKETS,
             registry=r,
         )
+        if downloaded_bytes is not None:
+            downloaded_bytes.on_bytes(self.code_sync_bytes.inc)
         for change in ("elected", "deposed"):
             self.leadership_changes.labels(change=change)
         for result in FENCED_RESULTS:
@@ -131,12 +152,6 @@ class ReplicaMetrics:
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         self.grpc_requests.labels(method=method, code=code).inc()
         self.grpc_seconds.labels(method=method, code=code).observe(seconds)
-
-    def counting_bytes(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
-        """Pass ``chunks`` through, counting their bytes as synced code."""
-        for chunk in chunks:
-            self.code_sync_bytes.inc(len(chunk))
-            yield chunk
 
 
 class WorkerTable(Protocol):

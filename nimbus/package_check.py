@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nimbus.errors import NimbusError
+from cluster.errors import NimbusError
 
 #: Bytes of the child's output read back (the verdict is its last line).
 OUTPUT_TAIL_BYTES = 256 * 1024

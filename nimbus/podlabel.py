@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from nimbus.errors import ConfigError
+from cluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

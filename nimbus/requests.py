@@ -15,10 +15,10 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from cluster.api import records
+from cluster.names import check_request_id
+from cluster.paths import Paths
 from fencing import Create
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.names import check_request_id
 
 
 def recall(client: KazooClient, paths: Paths, request_id: str) -> records.RequestOutcome | None:

@@ -22,11 +22,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from code_sync.state import read_storms, storm_readable
+from cluster.api import records
+from cluster.errors import NimbusError
+from cluster.paths import Paths, parse_worker_name, worker_name
+from cluster.reads import read_storms, storm_readable
 from fencing import FencedWriter, FencingError, NotLeaderError, WriteConflictError
-from leader.paths import Paths, parse_worker_name, worker_name
-from nimbus.api import records
-from nimbus.errors import NimbusError
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class SchedulerDuty:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         writer: FencedWriter,
         *,
         interval: float,
@@ -306,7 +306,7 @@ class SchedulerDuty:
                 f"({interval}s), or workers would be judged between two looks"
             )
         self._client = client
-        self._paths = Paths(root)
+        self._paths = paths
         self._writer = writer
         self._interval = interval
         self._timeout_ms = int(heartbeat_timeout * 1000)

@@ -25,8 +25,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.recipe.watchers import ChildrenWatch
 
+from cluster.api import pb, records
+from cluster.apierror import ApiError
+from cluster.names import check_digest, check_name, topology_id
+from cluster.reads import live_replicas, read_holders_of
 from code_sync.errors import PackageRejected, StoreError
-from code_sync.state import read_holders_of
 from code_sync.store import CodeStore
 from fencing import (
     Create,
@@ -37,11 +40,7 @@ from fencing import (
     WriteOutcomeUnknown,
     stamp_epoch,
 )
-from leader.paths import Paths
-from nimbus.api import pb, records
-from nimbus.apierror import ApiError
 from nimbus.config import NimbusConfig
-from nimbus.names import check_digest, check_name, topology_id
 from nimbus.package_check import CheckLimits, PackageCheckFailed, PackageInvalid, check_package
 from nimbus.requests import recall, remember
 
@@ -63,7 +62,7 @@ class Submitter:
     ) -> None:
         self._client = client
         self._config = config
-        self._paths = Paths(config.root)
+        self._paths = config.paths
         self._store = store
         self._current_writer = current_writer
         self._membership = Membership(client, config.replica_id, timeout=config.session_timeout)
@@ -89,12 +88,7 @@ class Submitter:
                 f"{self._config.max_package_mib:.1f} MiB limit",
             )
         if self._client.exists(self._paths.name(name)):
-            # The first attempt of this very request may have landed since the check above
-            # (its leader published while we were starting): that is its outcome, not a clash.
-            first = self._replay(header.client_request_id, writer)
-            if first is not None:
-                return first
-            raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live")
+            return self._replay_or_taken(header.client_request_id, name, writer)
         chunks = (r.chunk for r in requests if r.WhichOneof("item") == "chunk")
         try:
             stored = self._store.write(
@@ -148,13 +142,8 @@ class Submitter:
             ) from e
         except WriteConflictError as e:
             self._abandon(new_id, own_node, writer)
-            first = self._replay(header.client_request_id, writer)
-            if first is not None:
-                return first  # a concurrent retry of the same request won the race
-            raise ApiError(
-                grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live"
-            ) from e
-        except BaseException:
+            return self._replay_or_taken(header.client_request_id, name, writer, cause=e)
+        except Exception:
             self._abandon(new_id, own_node, writer)
             raise
         log.info("accepted %s (%s) held by %s", new_id, stored.digest[:12], ", ".join(holders))
@@ -226,6 +215,18 @@ class Submitter:
             )
         return first.header
 
+    def _replay_or_taken(
+        self, request_id: str, name: str, writer: FencedWriter, cause: Exception | None = None
+    ) -> pb.SubmitTopologyResponse:
+        """The name is taken. By this very request (its first attempt landed while this one
+        ran, or a concurrent retry won the race): its outcome. By another: ALREADY_EXISTS."""
+        first = self._replay(request_id, writer)
+        if first is not None:
+            return first
+        raise ApiError(
+            grpc.StatusCode.ALREADY_EXISTS, f"a topology named {name!r} is live"
+        ) from cause
+
     def _replay(self, request_id: str, writer: FencedWriter) -> pb.SubmitTopologyResponse | None:
         outcome = recall(self._client, self._paths, request_id)
         if outcome is None:
@@ -254,8 +255,17 @@ class Submitter:
                 if not taken:
                     return candidate
 
+    def required_copies(self) -> int:
+        """``--min-replicas``, or by default 2 (1 while this replica is the only one live):
+        counted from ``/nimbuses`` at each submit, so a cluster of three started without
+        any flag still waits for a second copy, and a lone replica can still accept."""
+        if self._config.min_replicas:
+            return self._config.min_replicas
+        return max(1, min(2, len(live_replicas(self._client, self._paths))))
+
     def _await_replicas(self, new_id: str, writer: FencedWriter) -> list[str]:
-        """Block until ``min_replicas`` replicas hold the package, leadership permitting."""
+        """Block until the required replicas hold the package, leadership permitting."""
+        required = self.required_copies()
         changed = threading.Event()
         done = threading.Event()
         current: list[str] = []
@@ -268,14 +278,14 @@ class Submitter:
         ChildrenWatch(self._client, self._paths.code_holders(new_id), on_children)
         deadline = time.monotonic() + self._config.replication_wait
         try:
-            while len(current) < self._config.min_replicas:
+            while len(current) < required:
                 if writer.token.cancelled:
-                    raise NotLeaderError(f"leadership ended ({writer.token.reason})")
+                    raise NotLeaderError(f"leadership ended ({writer.token.why})")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ApiError(
                         grpc.StatusCode.ABORTED,
-                        f"only {len(current)} of the required {self._config.min_replicas} "
+                        f"only {len(current)} of the required {required} "
                         f"replicas hold the code after {self._config.replication_wait:g}s; "
                         "the topology was not activated",
                     )

@@ -11,11 +11,11 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from code_sync.state import live_replicas, read_holders_of, read_storms
-from leader.paths import Paths, worker_name
-from nimbus.api import pb, records
-from nimbus.apierror import ApiError
-from nimbus.names import check_name
+from cluster.api import pb, records
+from cluster.apierror import ApiError
+from cluster.names import check_name
+from cluster.paths import Paths, worker_name
+from cluster.reads import live_replicas, read_holders_of, read_storms
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,7 @@ def _summary(
     )
 
 
-def list_topologies(client: KazooClient, root: str) -> pb.ListTopologiesResponse:
-    paths = Paths(root)
+def list_topologies(client: KazooClient, paths: Paths) -> pb.ListTopologiesResponse:
     storms = read_storms(client, paths)
     live = live_replicas(client, paths)
     return pb.ListTopologiesResponse(
@@ -54,9 +53,8 @@ def list_topologies(client: KazooClient, root: str) -> pb.ListTopologiesResponse
     )
 
 
-def list_supervisors(client: KazooClient, root: str) -> list[records.SupervisorInfo]:
+def list_supervisors(client: KazooClient, paths: Paths) -> list[records.SupervisorInfo]:
     """Every registered supervisor, by id; a damaged record is reported and skipped."""
-    paths = Paths(root)
     try:
         ids = sorted(client.get_children(paths.supervisors))
     except NoNodeError:
@@ -73,8 +71,7 @@ def list_supervisors(client: KazooClient, root: str) -> list[records.SupervisorI
     return found
 
 
-def describe(client: KazooClient, root: str, name: str) -> pb.TopologyDetail:
-    paths = Paths(root)
+def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
     check_name(name)
     try:
         topology_id = client.get(paths.name(name))[0].decode()
@@ -126,19 +123,19 @@ def recent_errors(
     client: KazooClient, paths: Paths, topology_id: str, limit: int = 10
 ) -> list[records.ErrorInfo]:
     """The newest errors of every component, newest first."""
-    folder = f"{paths.errors}/{topology_id}"
     found: list[records.ErrorInfo] = []
     try:
-        components = client.get_children(folder)
+        components = client.get_children(paths.errors_of(topology_id))
     except NoNodeError:
         return []
     for component in components:
         try:
-            names = client.get_children(f"{folder}/{component}")
+            names = client.get_children(paths.component_errors(topology_id, component))
         except NoNodeError:
             continue
         for name in names:
-            error = _read(client, f"{folder}/{component}/{name}", records.ErrorInfo)
+            path = paths.component_error(topology_id, component, name)
+            error = _read(client, path, records.ErrorInfo)
             if error is not None:
                 found.append(error)
     found.sort(key=lambda e: e.time_ms, reverse=True)

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 import grpc
 from kazoo.client import KazooClient
 
+from cluster.api import pb, records
+from cluster.apierror import ApiError
+from cluster.names import check_digest
+from cluster.paths import Paths
 from code_sync.errors import PackageNotFound, StoreError
 from code_sync.store import CodeStore
 from nimbus import topologies
-from nimbus.api import pb, records
-from nimbus.apierror import ApiError
 from nimbus.lifecycle import Lifecycle
-from nimbus.names import check_digest
 from nimbus.security.limits import check_kill, check_rebalance, checked_submit, guarded
 from nimbus.submission import Submitter
 
@@ -24,7 +25,7 @@ class DaemonTopologyApi:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         store: CodeStore,
         submitter: Submitter,
         lifecycle: Lifecycle,
@@ -34,7 +35,7 @@ class DaemonTopologyApi:
         self.activate = lifecycle.activate
         self.deactivate = lifecycle.deactivate
         self.rebalance = guarded(check_rebalance, lifecycle.rebalance)
-        self._root = root
+        self._paths = paths
         self._store = store
         self._submitter = submitter
 
@@ -42,13 +43,13 @@ class DaemonTopologyApi:
         return self._submitter.submit(checked_submit(requests))
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
-        return topologies.list_topologies(self._client, self._root)
+        return topologies.list_topologies(self._client, self._paths)
 
     def describe(self, name: str) -> pb.TopologyDetail:
-        return topologies.describe(self._client, self._root, name)
+        return topologies.describe(self._client, self._paths, name)
 
     def list_supervisors(self) -> list[records.SupervisorInfo]:
-        return topologies.list_supervisors(self._client, self._root)
+        return topologies.list_supervisors(self._client, self._paths)
 
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]:
         check_digest(digest)

@@ -14,7 +14,7 @@ import logging
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from nimbus.errors import ConfigError
+from cluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -6,4 +6,6 @@
 - ``pipeline.session``: ``make_spark()``, the SparkSession settings this project needs;
 - ``pipeline.package``: ``load_topology()`` for a package folder or zip;
 - ``pipeline.supervisor``: keeps the slots the leader assigned to this host.
+
+It imports ``code_sync``, ``fencing`` and ``cluster``; never ``leader`` or ``nimbus``.
 """

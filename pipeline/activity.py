@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
-from nimbus.api import records
+from cluster.api import records
 
 log = logging.getLogger(__name__)
 

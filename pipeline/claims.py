@@ -31,6 +31,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
+from cluster.api import records
+from cluster.paths import Paths
 from fencing import WriteOutcomeUnknown, ensure_folders
 from fencing.claims import (
     ClaimHeldError,
@@ -39,9 +41,7 @@ from fencing.claims import (
     release_claim,
     take_claim,
 )
-from leader.lease import Heartbeat, Lease
-from leader.paths import Paths
-from nimbus.api import records
+from fencing.lease import Heartbeat, Lease
 from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from cluster.api import records
+from cluster.paths import Paths
 from fencing import FencingError, WriteOutcomeUnknown
 from fencing.claims import ClaimLostError, commit_marker, prune_markers
-from leader.paths import Paths
-from nimbus.api import records
 from pipeline.claims import SlotClaim
 from pipeline.errors import SinkError
 

@@ -25,7 +25,7 @@ supervisor before it starts and after it exits. With ``workers=False`` (``--no-w
 no process runs and every heartbeat says ``NO_RUNTIME``. All writes go through
 ``fencing.Membership``, which only touches this supervisor's own nodes.
 
-Run it with ``nimbus supervisor`` or ``python -m pipeline.supervisor`` (same flags).
+Run it with ``nimbus supervisor`` or ``python -m nimbus.cmd_supervisor`` (same flags).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,18 +56,18 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from cluster import __version__
+from cluster.api import records
+from cluster.errors import ConfigError, ZooKeeperUnavailableError
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths, parse_worker_name, valid_root, worker_name
+from cluster.reads import read_holders_of
+from cluster.security.zkauth import ZkAuth
 from code_sync.errors import PackageRejected, StoreError
 from code_sync.package import MAX_ACCEPTED_PACKAGE_BYTES
 from code_sync.peer import fetch_from_peer
-from code_sync.state import read_holders_of
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership, ensure_folders
-from leader.paths import Paths, parse_worker_name, worker_name
-from nimbus import __version__
-from nimbus.api import records
-from nimbus.errors import ConfigError, ZooKeeperUnavailableError
-from nimbus.factory import make_kazoo_client
-from nimbus.security.zkauth import ZkAuth
 from pipeline import adopt
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,7 @@ DOWNLOAD_TIMEOUT = 60.0
 #: A worker that ran this long before exiting restarts after the shortest backoff again.
 HEALTHY_RUN = 60.0
 
-_ROOT_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
-_ID_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
+_ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
 
 
 @dataclass(frozen=True)
@@ -114,11 +113,11 @@ class SupervisorConfig:
     def __post_init__(self) -> None:
         if not self.zookeeper.strip():
             raise ConfigError("--zookeeper is required (a connect string, host:port[,...])")
-        if not _ROOT_RE.match(self.root):
+        if not valid_root(self.root):
             raise ConfigError(
                 f"--root must be an absolute ZooKeeper path like /storm, got {self.root!r}"
             )
-        if not _ID_RE.match(self.supervisor_id) or self.supervisor_id in (".", ".."):
+        if not _ID_RE.fullmatch(self.supervisor_id) or self.supervisor_id in (".", ".."):
             raise ConfigError(
                 f"--id must be letters, digits and . _ : - only, got {self.supervisor_id!r}"
             )
@@ -677,7 +676,7 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-# -- command line (``python -m pipeline.supervisor``) ---------------------------------------
+# -- command line (``nimbus supervisor``) --------------------------------------------------
 
 
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
@@ -738,21 +737,3 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         "checkpoint_dir": str(args.checkpoint_dir),
         "suspended_fraction": float(args.suspended_fraction),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pipeline.supervisor``: the same flags and behaviour as ``nimbus supervisor``."""
-    from nimbus import cmd_supervisor
-
-    parser = argparse.ArgumentParser(prog="python -m pipeline.supervisor", description=__doc__)
-    cmd_supervisor.add_arguments(parser)
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
-
-
-if __name__ == "__main__":
-    # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
-    from pipeline.supervisor import main as run_main
-
-    sys.exit(run_main())

@@ -42,12 +42,12 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from cluster.api import records
+from cluster.errors import NimbusError
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths, worker_name
+from cluster.security.zkauth import zk_auth_from_env
 from fencing import FencingError, Membership
-from leader.paths import Paths, worker_name
-from nimbus.api import records
-from nimbus.errors import NimbusError
-from nimbus.factory import make_kazoo_client
-from nimbus.security.zkauth import zk_auth_from_env
 from pipeline.activity import Activity
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer

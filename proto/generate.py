@@ -4,10 +4,12 @@
 The one way to make the stubs (DESIGN.md, "Where code lives"); tests/test_proto.py runs it
 into a temporary directory and fails when the committed files differ.
 
-    python proto/generate.py            # writes nimbus/api/v1/*_pb2*.py{,i} in the repo
+    python proto/generate.py            # writes cluster/api/v1/*_pb2*.py{,i} in the repo
     python proto/generate.py --out DIR  # writes DIR/nimbus/api/v1/... instead
 
-What is produced, per .proto file ``nimbus/api/v1/<name>.proto``:
+What is produced, per .proto file ``proto/nimbus/api/v1/<name>.proto``, in ``cluster/api/v1``
+(the .proto paths stay where clients find them; the generated imports are rewritten from
+``nimbus.api.v1`` to ``cluster.api.v1``, the bottom layer that every package may import):
 
 - ``<name>_pb2.py``       messages (protoc ``--python_out``)
 - ``<name>_pb2.pyi``      message types (protoc's built-in ``--pyi_out``)
@@ -35,8 +37,11 @@ from pathlib import Path
 
 PROTO_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = PROTO_ROOT.parent
-# The generated package, relative to the output root: mirrors the .proto paths.
+# Where the .proto files sit under proto/ (and so where protoc writes, mirroring them).
 PACKAGE_DIR = Path("nimbus", "api", "v1")
+# Where the stubs are kept, relative to the output root: the bottom layer's API package.
+OUTPUT_DIR = Path("cluster", "api", "v1")
+_IMPORT = re.compile(rb"\bnimbus\.api\.v1\b")
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
@@ -45,7 +50,7 @@ def proto_files() -> list[str]:
     files = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.rglob("*.proto"))
     outside = [f for f in files if Path(f).parent != PACKAGE_DIR]
     if outside:
-        # Everything imports the API from one package (nimbus.api); keep it that way.
+        # Everything imports the API from one package (cluster.api); keep it that way.
         raise SystemExit(f"{', '.join(outside)}: .proto files belong in proto/{PACKAGE_DIR}")
     return files
 
@@ -116,12 +121,12 @@ def run_protoc(out_root: Path) -> None:
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Generate the stubs under ``out_root / nimbus/api/v1``; return the files written.
+    """Generate the stubs under ``out_root / cluster/api/v1``; return the files written.
 
     Files whose bytes are unchanged are left untouched; generated files with no source
     .proto any more are deleted. ``__init__.py`` is created empty when missing.
     """
-    target = out_root / PACKAGE_DIR
+    target = out_root / OUTPUT_DIR
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nimbus-protoc-") as scratch:
         scratch_root = Path(scratch)
@@ -130,7 +135,10 @@ def generate(out_root: Path) -> list[Path]:
         missing = [n for n in wanted if not (scratch_root / PACKAGE_DIR / n).is_file()]
         if missing:
             raise SystemExit(f"protoc did not produce {', '.join(missing)} under {PACKAGE_DIR}")
-        produced = {n: (scratch_root / PACKAGE_DIR / n).read_bytes() for n in wanted}
+        produced = {
+            n: _IMPORT.sub(b"cluster.api.v1", (scratch_root / PACKAGE_DIR / n).read_bytes())
+            for n in wanted
+        }
 
     written: list[Path] = []
     for name, data in produced.items():
@@ -155,11 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=REPO_ROOT,
-        help=f"output root; stubs go to OUT/{PACKAGE_DIR.as_posix()} (default: the repo root)",
+        help=f"output root; stubs go to OUT/{OUTPUT_DIR.as_posix()} (default: the repo root)",
     )
     args = parser.parse_args(argv)
     changed = generate(args.out.resolve())
-    target = args.out.resolve() / PACKAGE_DIR
+    target = args.out.resolve() / OUTPUT_DIR
     if changed:
         for path in changed:
             print(f"updated {path}")

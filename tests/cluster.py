@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nimbus.api import pb, rpc
-from nimbus.factory import make_channel
+from cluster.api import pb, rpc
+from cluster.factory import make_channel
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent

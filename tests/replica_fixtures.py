@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.api import pb
 from code_sync.package import make_package
-from leader.client import NimbusClient
-from nimbus.api import pb
+from nimbus.client import NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import Replica
 

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
+from cluster.api import records
+from cluster.paths import Paths
 from code_sync.package import make_package
-from leader.client import NimbusCallError, NimbusClient
-from leader.paths import Paths
-from nimbus.api import records
+from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.waiting import wait_until

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from cluster.api import records
+from cluster.paths import Paths
+from cluster.recordcache import RecordCache
 from code_sync.package import make_package
 from code_sync.store import CodeStore
 from code_sync.syncer import CodeSyncer
 from fencing import Membership
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.recordcache import RecordCache
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -46,7 +46,7 @@ def test_a_holder_registered_just_after_its_folder_appeared_is_replicated_at_onc
     # A full pass on the timer only every 30 s: what a prompt catch-up must not wait for.
     store = CodeStore(tmp_path / "follower", max_package_bytes=1 << 20)
     syncer = CodeSyncer(
-        zk_client, ROOT, "follower", store, storms,
+        zk_client, Paths(ROOT), "follower", store, storms,
         interval=0.05, gc_grace=600.0, code_wait=30.0, fetch=fetch,
     )  # fmt: skip
     syncer.start()
@@ -124,7 +124,7 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
             zk_client, ROOT, "leader:1", store, view,  # type: ignore[arg-type]
             interval=1.0, gc_grace=600.0, code_wait=0.0,
         )  # fmt: skip
-        duty = CodeMissingDuty(zk_client, ROOT, "leader:1", syncer, writer, interval=1.0)
+        duty = CodeMissingDuty(zk_client, Paths(ROOT), "leader:1", syncer, writer, interval=1.0)
         assert syncer.missing() == []  # no live holder, code_wait 0: it does not block
         assert syncer.code_abandoned("wc-1-1"), "the duty would act on this view"
         assert duty.run_once() == []
@@ -152,10 +152,10 @@ def test_a_deactivated_topology_whose_code_comes_back_stays_deactivated(
         writer.create_record(PATHS.storm("wc-1-1"), paused)
         store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
         syncer = CodeSyncer(
-            zk_client, ROOT, "leader:1", store, storms,
+            zk_client, Paths(ROOT), "leader:1", store, storms,
             interval=1.0, gc_grace=600.0, code_wait=0.0,
         )  # fmt: skip
-        duty = CodeMissingDuty(zk_client, ROOT, "leader:1", syncer, writer, interval=1.0)
+        duty = CodeMissingDuty(zk_client, Paths(ROOT), "leader:1", syncer, writer, interval=1.0)
 
         def status() -> int:
             base = storms.get("wc-1-1")

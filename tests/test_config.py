@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster.errors import ConfigError
 from nimbus.cli import build_parser
 from nimbus.cmd_serve import resolve
-from nimbus.config import NimbusConfig
-from nimbus.errors import ConfigError
+from nimbus.config import make_config
 from tests.cluster import REPO, free_port
 
 
@@ -34,8 +34,10 @@ def test_flags_beat_environment_beat_file_beat_defaults(
     assert values["replication_wait"] == 30.0  # default
     values.pop("log_level")
     values.pop("log_format")
-    config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
-    assert config.min_replicas == 2  # derived: several replicas configured
+    config = make_config(**{**values, "code_dir": Path(values["code_dir"])})
+    assert config.replicas == 3 and config.min_replicas == 0  # 0: counted at each submit
+    assert config.advertise == "127.0.0.1:6627"  # derived from --listen
+    assert config.gc_grace == 2 * 30.0 + 60.0 and config.connect_timeout == 30.0
 
 
 def test_unknown_file_keys_and_inconsistent_values_are_named(tmp_path: Path) -> None:
@@ -45,13 +47,19 @@ def test_unknown_file_keys_and_inconsistent_values_are_named(tmp_path: Path) -> 
         resolve(build_parser().parse_args(["serve", "--config", str(bad)]))
     base = {"zookeeper": "z:1", "listen": "127.0.0.1:1"}
     with pytest.raises(ConfigError, match="must exceed the replication wait"):
-        NimbusConfig(**base, replication_wait=30, gc_grace=10)  # type: ignore[arg-type]
+        make_config(**base, replication_wait=30, gc_grace=10)
     with pytest.raises(ConfigError, match="--min-replicas"):
-        NimbusConfig(**base, replicas=2, min_replicas=3)  # type: ignore[arg-type]
+        make_config(**base, replicas=2, min_replicas=3)
     with pytest.raises(ConfigError, match="--root"):
-        NimbusConfig(**base, root="storm/")  # type: ignore[arg-type]
+        make_config(**base, root="storm/")
     with pytest.raises(ConfigError, match="--session-timeout"):
-        NimbusConfig(**base, session_timeout=0.2)  # type: ignore[arg-type]
+        make_config(**base, session_timeout=0.2)
+    with pytest.raises(ConfigError, match="--auth-reads"):
+        make_config(**base, auth_reads="maybe")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        make_config(**base, replica=3)
+    # --min-replicas alone is accepted: the replica count is read from /nimbuses.
+    assert make_config(**base, min_replicas=2).min_replicas == 2
 
 
 def test_a_session_timeout_the_server_would_change_is_refused_at_start(

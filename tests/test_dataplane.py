@@ -15,6 +15,10 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
+from cluster.api import records
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
+from devtools.faultproxy import FaultProxy
 from fencing.claims import (
     ClaimHeldError,
     ClaimLostError,
@@ -22,10 +26,6 @@ from fencing.claims import (
     commit_marker,
     take_claim,
 )
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy
 from pipeline import adopt
 from pipeline.claims import NotAssignedError, SlotClaim
 from pipeline.commits import Committer, FencedOffError

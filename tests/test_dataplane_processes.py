@@ -38,10 +38,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from cluster.api import records
+from cluster.paths import Paths
 from code_sync.package import make_package
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.faultproxy import FaultProxy
+from devtools.faultproxy import FaultProxy
 from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
@@ -71,7 +71,7 @@ class Supervisor:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "pipeline.supervisor", "--zookeeper", self.zookeeper,
+                    sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", self.zookeeper,
                     "--root", ROOT, "--id", self.id, "--host", "127.0.0.1", "--slots", "1",
                     "--heartbeat-interval", "0.5", "--session-timeout", str(SESSION),
                     "--state-dir", str(self.state), "--checkpoint-dir", str(self.checkpoints),

@@ -25,7 +25,7 @@ import yaml
 from leader.health import LEADER_SERVICE
 from nimbus.cli import build_parser
 from nimbus.cmd_serve import resolve
-from nimbus.config import NimbusConfig
+from nimbus.config import make_config
 from nimbus.podlabel import LABEL, PodApi
 from tests.cluster import REPO, free_port
 from tests.replica_fixtures import Spawn
@@ -138,7 +138,7 @@ def test_the_advertised_address_is_the_pods_dns_name_from_the_environment(
     values = resolve(build_parser().parse_args(args))
     values.pop("log_level")
     values.pop("log_format")
-    config = NimbusConfig(**{**values, "code_dir": Path(values["code_dir"])})
+    config = make_config(**{**values, "code_dir": Path(values["code_dir"])})
     service = find("StatefulSet", "nimbus")["spec"]["serviceName"]
     assert config.replica_id == f"nimbus-1.{service}.prod.svc.cluster.local:6627"
     assert config.zookeeper.startswith("zk-0.zk-headless:2181")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from nimbus.zkserver import free_ports
+from devtools.zkserver import free_ports
 from tests.cluster import REPO
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nimbus.factory import make_grpc_server
+from cluster.factory import make_grpc_server
 
 
 def test_a_second_server_on_a_port_in_use_is_refused_with_the_address_named() -> None:

@@ -15,6 +15,10 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.lock import Lock
 
+from cluster.api import records
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
+from devtools.faultproxy import FaultProxy
 from fencing import (
     Check,
     Create,
@@ -30,9 +34,6 @@ from fencing import (
     WriteOutcomeUnknown,
 )
 from fencing.office import prune_epochs, read_leader_epoch, take_office
-from nimbus.api import records
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -50,7 +51,9 @@ def _lead(client: KazooClient, identifier: str = "me:1") -> tuple[Lock, Leadersh
     lock = Lock(client, f"{ROOT}/leader-lock", identifier=identifier)
     assert lock.acquire(timeout=10)
     node = f"{lock.path}/{lock.node}"
-    epoch = take_office(client, ROOT, lock_node=node, holder=identifier, now_ms=_now_ms, timeout=5)
+    epoch = take_office(
+        client, Paths(ROOT), lock_node=node, holder=identifier, now_ms=_now_ms, timeout=5
+    )
     return lock, LeadershipToken(node, epoch)
 
 
@@ -171,7 +174,7 @@ def test_take_office_bumps_the_epoch_and_prunes_history(zk_client: KazooClient) 
     lock.release()
     lock2, token2 = _lead(zk_client, "b:2")
     assert token2.epoch == first + 1
-    current, _ = read_leader_epoch(zk_client, ROOT)
+    current, _ = read_leader_epoch(zk_client, Paths(ROOT))
     assert current is not None
     assert (current.epoch, current.holder, current.lock_node) == (
         token2.epoch,
@@ -179,20 +182,27 @@ def test_take_office_bumps_the_epoch_and_prunes_history(zk_client: KazooClient) 
         token2.lock_node,
     )
     writer = FencedWriter(zk_client, token2, timeout=5)
-    assert prune_epochs(writer, zk_client, ROOT, keep=1) == 1
+    assert prune_epochs(writer, zk_client, Paths(ROOT), keep=1) == 1
     assert zk_client.get_children(f"{ROOT}/epochs") == [str(token2.epoch)]
     lock2.release()
     with pytest.raises(NotLeaderError):
         take_office(
-            zk_client, ROOT, lock_node=token2.lock_node, holder="b:2", now_ms=_now_ms, timeout=5
+            zk_client,
+            Paths(ROOT),
+            lock_node=token2.lock_node,
+            holder="b:2",
+            now_ms=_now_ms,
+            timeout=5,
         )
-    assert read_leader_epoch(zk_client, ROOT)[0] == current, "a failed take-office writes nothing"
+    assert read_leader_epoch(zk_client, Paths(ROOT))[0] == current, (
+        "a failed take-office writes nothing"
+    )
 
 
 REGISTER_AND_HANG = """
 import sys
 from fencing import Membership
-from nimbus.factory import make_kazoo_client
+from cluster.factory import make_kazoo_client
 client = make_kazoo_client(sys.argv[1], session_timeout=float(sys.argv[2]))
 client.start(timeout=10)
 Membership(client, "n1:7000", timeout=5).register(sys.argv[3], b"old")

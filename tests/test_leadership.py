@@ -10,13 +10,13 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from leader.client import NimbusCallError, NimbusClient
+from cluster.api import pb, records
+from cluster.paths import Paths
+from devtools.faultproxy import FaultProxy
 from leader.discovery import LeaderCache
 from leader.elector import Elector, ElectorSettings
-from leader.paths import Paths
-from leader.servicer import LEADER_METADATA_KEY
-from nimbus.api import pb, records
-from nimbus.faultproxy import FaultProxy
+from nimbus.client import NimbusCallError, NimbusClient
+from nimbus.servicer import LEADER_METADATA_KEY
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.waiting import wait_until
 
@@ -170,7 +170,7 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
         calls.append("ask")
         return len(calls) == 1 or has_code.is_set()  # passes before queueing, then fails
 
-    cache = LeaderCache(zk_client, ROOT)
+    cache = LeaderCache(zk_client, Paths(ROOT))
     cache.start()
     named: list[str] = []
 
@@ -183,7 +183,7 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
     elector = Elector(
         zk_client,
         ElectorSettings(
-            root=ROOT, replica_id="lacking:1", session_timeout=2.0, gate_poll_interval=0.05
+            paths=Paths(ROOT), replica_id="lacking:1", session_timeout=2.0, gate_poll_interval=0.05
         ),
         has_all_code=gate,
     )
@@ -218,7 +218,7 @@ def test_a_lock_node_our_session_left_queued_is_dropped_not_waited_on(
     )
     elector = Elector(
         zk_client,
-        ElectorSettings(root=ROOT, replica_id="me:1", session_timeout=2.0),
+        ElectorSettings(paths=Paths(ROOT), replica_id="me:1", session_timeout=2.0),
         has_all_code=lambda: True,
     )
     elector.start()
@@ -234,7 +234,7 @@ def test_a_lock_node_our_session_left_queued_is_dropped_not_waited_on(
 def test_the_client_ignores_a_lagging_replicas_older_epoch() -> None:
     from concurrent import futures
 
-    from nimbus.api import rpc
+    from cluster.api import rpc
 
     class Fixed(rpc.NimbusServicer):
         def __init__(self, epoch: int) -> None:

@@ -14,10 +14,10 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from leader.client import NimbusCallError, NimbusClient
-from leader.paths import Paths
-from nimbus.api import pb, records, rpc
-from nimbus.zkserver import free_ports
+from cluster.api import pb, records, rpc
+from cluster.paths import Paths
+from devtools.zkserver import free_ports
+from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.waiting import wait_until

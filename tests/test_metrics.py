@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from leader.client import NimbusClient
+from cluster.api import pb
+from cluster.errors import ConfigError
 from nimbus import logs
-from nimbus.api import pb
-from nimbus.config import NimbusConfig
-from nimbus.errors import ConfigError
+from nimbus.client import NimbusClient
+from nimbus.config import make_config
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.scrape import scrape, value
@@ -109,9 +109,9 @@ def test_logs_are_one_json_object_per_line_naming_replica_and_epoch(spawn: Spawn
 def test_bad_metrics_port_and_log_format_are_refused_by_name(tmp_path: Path) -> None:
     base = {"zookeeper": "z:1", "listen": "127.0.0.1:7000", "code_dir": tmp_path}
     with pytest.raises(ConfigError, match="--metrics-port must be within"):
-        NimbusConfig(**base, metrics_port=70000)  # type: ignore[arg-type]
+        make_config(**base, metrics_port=70000)
     with pytest.raises(ConfigError, match="--metrics-port 7000 is the gRPC port"):
-        NimbusConfig(**base, metrics_port=7000)  # type: ignore[arg-type]
+        make_config(**base, metrics_port=7000)
     with pytest.raises(ConfigError, match="--log-format must be one of json, text"):
         logs.configure("INFO", "yaml")
 

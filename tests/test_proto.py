@@ -1,6 +1,6 @@
 """The generated API stubs: fresh, comparable, usable, and no top-level ``proto`` package.
 
-The stubs in nimbus/api/v1 are committed; ``python proto/generate.py`` is the one way to
+The stubs in cluster/api/v1 are committed; ``python proto/generate.py`` is the one way to
 make them. These tests regenerate into a temporary directory and compare byte for byte,
 prove that the comparison does catch a stale stub, round-trip a few records, and check
 that the repo does not ship an importable ``proto`` package (proto-plus owns the name).
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.api import SERVICE_NAME, pb, records, rpc
+from cluster.api import SERVICE_NAME, pb, records, rpc
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIR = Path("nimbus", "api", "v1")
+PACKAGE_DIR = Path("cluster", "api", "v1")
 COMMITTED_DIR = REPO_ROOT / PACKAGE_DIR
 GENERATOR = REPO_ROOT / "proto" / "generate.py"
 REGENERATE_COMMAND = "python proto/generate.py"
@@ -125,10 +125,10 @@ def test_comparison_reports_stale_missing_and_extra(fresh_dir: Path, tmp_path: P
     problems = compare_stubs(tampered, fresh_dir)
     assert len(problems) == 3, problems
     by_file = {p.split(" ", 1)[0]: p for p in problems}
-    assert "is stale" in by_file["nimbus/api/v1/records_pb2.py"]
-    assert "LeaderEpocH" in by_file["nimbus/api/v1/records_pb2.py"]  # diff excerpt shown
-    assert "is missing" in by_file["nimbus/api/v1/nimbus_pb2_grpc.pyi"]
-    assert "extra file" in by_file["nimbus/api/v1/old_pb2.py"]
+    assert "is stale" in by_file["cluster/api/v1/records_pb2.py"]
+    assert "LeaderEpocH" in by_file["cluster/api/v1/records_pb2.py"]  # diff excerpt shown
+    assert "is missing" in by_file["cluster/api/v1/nimbus_pb2_grpc.pyi"]
+    assert "extra file" in by_file["cluster/api/v1/old_pb2.py"]
     assert all(REGENERATE_COMMAND in p for p in problems)
 
     # ... and the regenerate command repairs the tree (rewrites, recreates, removes).

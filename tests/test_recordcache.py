@@ -6,11 +6,11 @@ import threading
 
 from kazoo.client import KazooClient, KazooState
 
-from nimbus.api import records
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy
-from nimbus.recordcache import RecordCache
-from nimbus.zkserver import ZooKeeperCluster
+from cluster.api import records
+from cluster.factory import make_kazoo_client
+from cluster.recordcache import RecordCache
+from devtools.faultproxy import FaultProxy
+from devtools.zkserver import ZooKeeperCluster
 from tests.waiting import wait_until
 
 FOLDER = "/storms"

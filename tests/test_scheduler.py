@@ -17,11 +17,18 @@ from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
 
-from code_sync.state import read_storms
-from fencing import FencedWriter, LeadershipToken, Membership, MembershipError, ensure_folders
+from cluster.api import records
+from cluster.paths import Paths, parse_worker_name, worker_name
+from cluster.reads import read_storms
+from fencing import (
+    CancelReason,
+    FencedWriter,
+    LeadershipToken,
+    Membership,
+    MembershipError,
+    ensure_folders,
+)
 from fencing.office import take_office
-from leader.paths import Paths, parse_worker_name, worker_name
-from nimbus.api import records
 from nimbus.scheduler import (
     Demand,
     SchedulerDuty,
@@ -228,7 +235,7 @@ def test_the_duty_refuses_a_timeout_it_cannot_judge() -> None:
     token = LeadershipToken("/storm/leader-lock/x", 1)
     writer = FencedWriter(None, token, timeout=1)  # no I/O here
     with pytest.raises(SchedulerError, match="must exceed"):
-        SchedulerDuty(None, ROOT, writer, interval=1.0, heartbeat_timeout=1.0)
+        SchedulerDuty(None, PATHS, writer, interval=1.0, heartbeat_timeout=1.0)
 
 
 # -- on ZooKeeper, supervisors as processes ------------------------------------------------------
@@ -240,7 +247,7 @@ class SupervisorProc:
     ) -> None:
         self.sid = sid
         cmd = [
-            sys.executable, "-m", "pipeline.supervisor", "--zookeeper", zookeeper,
+            sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zookeeper,
             "--root", ROOT, "--id", sid, "--host", "127.0.0.1",
             "--heartbeat-interval", "0.2", "--session-timeout", str(session_timeout),
             "--no-workers",
@@ -293,7 +300,7 @@ def lead(client: KazooClient, identifier: str) -> tuple[Lock, FencedWriter]:
     assert lock.acquire(timeout=10)
     node = f"{lock.path}/{lock.node}"
     epoch = take_office(
-        client, ROOT, lock_node=node, holder=identifier, now_ms=lambda: 0, timeout=5
+        client, PATHS, lock_node=node, holder=identifier, now_ms=lambda: 0, timeout=5
     )
     return lock, FencedWriter(client, LeadershipToken(node, epoch), timeout=5)
 
@@ -364,7 +371,7 @@ def test_assignments_spread_and_follow_a_killed_supervisor(
     wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
     add_topology(writer, "wc-1", 2)
     add_topology(writer, "wc-2", 2)
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=30.0)
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0)
     duty.start()
     try:
         wait_until(
@@ -415,7 +422,7 @@ def test_assignments_spread_and_follow_a_killed_supervisor(
             message="sup-a reporting two slots used",
         )
     finally:
-        writer.token.cancel("test over")
+        writer.token.cancel(CancelReason.SHUTDOWN)
         duty.join(5)
 
 
@@ -428,7 +435,7 @@ def test_a_paused_supervisor_is_judged_by_its_heartbeats_before_its_session_ends
     wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
     add_topology(writer, "wc", 2)
     # 3 s: well past a loaded machine's stall of the live sup-a, well inside the 8 s session.
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=3.0)
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=3.0)
 
     def after_a_pass(check: Callable[[], bool]) -> Callable[[], bool]:
         return lambda: (duty.run_once(), check())[1]
@@ -475,18 +482,18 @@ def test_a_new_term_keeps_every_assignment_byte_for_byte(
     wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
     add_topology(writer, "wc-1", 2)
     add_topology(writer, "wc-2", 1)
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=5.0)
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=5.0)
     duty.start()
     wait_until(lambda: spread_evenly(zk_client, {"wc-1": 2, "wc-2": 1}, {"sup-a", "sup-b"}), 10)
     wait_until(lambda: all_beating(zk_client), 10, message="all workers beating")
     before = snapshot(zk_client)
-    writer.token.cancel("handing over")
+    writer.token.cancel(CancelReason.SHUTDOWN)
     duty.join(5)
     lock.release()
 
     _, writer2 = lead(zk_client, "leader:2")
     assert writer2.token.epoch > writer.token.epoch
-    successor = SchedulerDuty(zk_client, ROOT, writer2, interval=0.2, heartbeat_timeout=5.0)
+    successor = SchedulerDuty(zk_client, PATHS, writer2, interval=0.2, heartbeat_timeout=5.0)
     assert successor.run_once() == []
     assert snapshot(zk_client) == before, "not rewritten, not even with the new epoch"
     for tid in before:
@@ -497,7 +504,7 @@ def test_a_new_term_keeps_every_assignment_byte_for_byte(
     wait_until(lambda: registered(zk_client, "sup-c"), 20, message="sup-c registered")
     assert successor.run_once() == [], "a new supervisor moves nothing"
     assert snapshot(zk_client) == before
-    writer2.token.cancel("test over")
+    writer2.token.cancel(CancelReason.SHUTDOWN)
 
 
 def test_a_supervisor_takes_flags_from_the_environment_and_leaves_cleanly_on_sigterm(
@@ -509,14 +516,14 @@ def test_a_supervisor_takes_flags_from_the_environment_and_leaves_cleanly_on_sig
     info = records.SupervisorInfo.FromString(zk_client.get(PATHS.supervisor("sup-env"))[0])
     assert info.slots_total == 3
     add_topology(writer, "wc", 5)
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=5.0)
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=5.0)
     assert duty.run_once() == ["wc: none -> [sup-env-0, sup-env-1, sup-env-2]"]
     assert duty.shortfall == {"wc": 2}
     wait_until(lambda: all_beating(zk_client), 10, message="three heartbeats")
     assert proc.stop() == 0
     assert not registered(zk_client, "sup-env")
     assert zk_client.get_children(PATHS.workerbeats_of("wc")) == []
-    writer.token.cancel("test over")
+    writer.token.cancel(CancelReason.SHUTDOWN)
 
 
 def test_membership_writes_only_its_own_persistent_nodes(zk_client: KazooClient) -> None:
@@ -550,7 +557,7 @@ def test_the_duty_spreads_a_rebalanced_topology_and_removes_a_deleted_one(
 ) -> None:
     _, writer = lead(zk_client, "leader:1")
     zk_client.create(PATHS.supervisor("a"), sup("a").SerializeToString(), ephemeral=True)
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=30.0)
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0)
     add_topology(writer, "wc", 2)
     add_topology(writer, "gone", 1)
     assert duty.run_once() == ["gone: none -> [a-0]", "wc: none -> [a-1, a-2]"]
@@ -586,7 +593,9 @@ def test_a_topology_missing_from_a_stale_view_keeps_its_assignment_and_slots(
     def view() -> dict[str, records.StormBase]:
         return {t: b for t, b in read_storms(zk_client, PATHS).items() if t not in hidden}
 
-    duty = SchedulerDuty(zk_client, ROOT, writer, interval=0.2, heartbeat_timeout=30.0, storms=view)
+    duty = SchedulerDuty(
+        zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0, storms=view
+    )
     add_topology(writer, "wc", 2)
     assert duty.run_once() == ["wc: none -> [a-0, a-1]"]
     hidden.add("wc")  # the view lost it; ZooKeeper still has it

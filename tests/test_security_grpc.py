@@ -13,15 +13,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from leader.client import NimbusCallError, NimbusClient
-from nimbus.api import pb, records, rpc
+from cluster.api import pb, records, rpc
+from cluster.errors import ConfigError
+from cluster.factory import make_channel
+from cluster.security.client import ClientSecurity
+from cluster.security.tls import load_client_tls, load_server_tls
+from cluster.security.tokens import TokenSet, bearer, load_client_token, parse_tokens
 from nimbus.cli import main
-from nimbus.errors import ConfigError
-from nimbus.factory import make_channel
-from nimbus.security.client import ClientSecurity
+from nimbus.client import NimbusCallError, NimbusClient
 from nimbus.security.interceptor import needs_token
-from nimbus.security.tls import load_client_tls, load_server_tls
-from nimbus.security.tokens import TokenSet, bearer, load_client_token, parse_tokens
 from tests.cluster import REPO, Replica
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.security_helpers import Pki, make_pki, write_secret

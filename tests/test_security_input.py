@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from cluster.api import pb, records, rpc
+from cluster.apierror import ApiError
+from cluster.names import check_digest, check_name, check_request_id
+from cluster.paths import Paths
 from code_sync.errors import PackageRejected
 from code_sync.package import check_package_bytes
-from leader.client import NimbusClient
-from leader.paths import Paths
-from nimbus.api import pb, records, rpc
-from nimbus.apierror import ApiError
-from nimbus.names import check_digest, check_name, check_request_id
+from nimbus.client import NimbusClient
 from nimbus.security.limits import MAX_CONFIG_DEPTH, check_submit_header, check_topology_config
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
@@ -112,7 +112,7 @@ def test_config_limits_are_named() -> None:
         with pytest.raises(ApiError, match=message):
             check_topology_config(text)
     assert check_topology_config('{"topology.debug": false}') == {"topology.debug": False}
-    with pytest.raises(ApiError, match="workers must be between 1 and 4096, got -1"):
+    with pytest.raises(ApiError, match=r"workers must be between 1 and 4096 \(0: one\), got -1"):
         check_submit_header(pb.SubmitHeader(num_workers=-1))
     with pytest.raises(ApiError, match="package size must be >= 0"):
         check_submit_header(pb.SubmitHeader(package_size=-5))
@@ -362,3 +362,10 @@ def test_corrupt_records_are_reported_and_skipped_by_a_real_replica(
         assert client.describe("good").summary.status == records.ACTIVE
         submit(client, package(tmp_path, "after")[0], "after")  # the leader still writes
     serving(replica)
+
+
+@pytest.mark.parametrize("value", ["wc\n", "a" * 64 + "\n"])
+def test_a_trailing_newline_is_not_a_valid_name_or_digest(value: str) -> None:
+    """``$`` in a pattern also matches before a final newline: the checks must not."""
+    with pytest.raises(ApiError, match="invalid"):
+        check_digest(value) if len(value) > 60 else check_name(value)

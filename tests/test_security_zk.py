@@ -13,13 +13,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_acl
 
-from leader.client import NimbusClient
-from leader.paths import Paths
-from nimbus.api import pb, records
-from nimbus.errors import ConfigError
-from nimbus.factory import make_kazoo_client
-from nimbus.security.credentials import credentials_path, read_credentials
-from nimbus.security.zkauth import FILE_ENV, SECRET_ENV, ZkAuth, load_zk_auth
+from cluster.api import pb, records
+from cluster.errors import ConfigError
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
+from cluster.security.zkauth import FILE_ENV, SECRET_ENV, ZkAuth, load_zk_auth
+from nimbus.client import NimbusClient
+from nimbus.security.credentials import read_credentials
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.security_helpers import write_secret
@@ -98,7 +98,7 @@ def test_without_the_service_credentials_nothing_under_the_root_changes(
         # leader assigned, and the topology got its credentials node.
         wait_until(lambda: service.exists(PATHS.assignment(tid)), 20, message="an assignment")
         wait_until(lambda: service.get_children(PATHS.workerbeats_of(tid)), 20, message="beats")
-        wait_until(lambda: service.exists(credentials_path(ROOT, tid)), 20, message="credentials")
+        wait_until(lambda: service.exists(Paths(ROOT).credential(tid)), 20, message="credentials")
 
         nodes = list(walk(service, ROOT))
         assert PATHS.supervisor("sup-1") in nodes and any("leader-lock/" in n for n in nodes)
@@ -162,7 +162,7 @@ def test_credentials_nodes_are_readable_only_by_their_topology_even_when_world_r
     stranger = connect(zk_hosts)
     clients.extend([service, stranger])
     for tid in (a, b):
-        wait_until(partial(service.exists, credentials_path(ROOT, tid)), 20)
+        wait_until(partial(service.exists, Paths(ROOT).credential(tid)), 20)
 
     # World-readable: anyone may look, nobody else may touch.
     assert set(stranger.get_children(PATHS.storms)) == {a, b}
@@ -170,26 +170,26 @@ def test_credentials_nodes_are_readable_only_by_their_topology_even_when_world_r
     with pytest.raises(NoAuthError):
         stranger.set(PATHS.storm(a), PAYLOAD)
 
-    creds_a = read_credentials(service, ROOT, a)
-    creds_b = read_credentials(service, ROOT, b)
+    creds_a = read_credentials(service, Paths(ROOT), a)
+    creds_b = read_credentials(service, Paths(ROOT), b)
     assert creds_a.password != creds_b.password
     as_a = connect(zk_hosts, creds_a.auth)
     clients.append(as_a)
-    assert read_credentials(as_a, ROOT, a) == creds_a
+    assert read_credentials(as_a, Paths(ROOT), a) == creds_a
     for client, tid in ((as_a, b), (stranger, a), (stranger, b)):
         with pytest.raises(NoAuthError):
-            client.get(credentials_path(ROOT, tid))
+            client.get(Paths(ROOT).credential(tid))
     with pytest.raises(NoAuthError):
-        as_a.set(credentials_path(ROOT, a), PAYLOAD)  # READ only, even its own
+        as_a.set(Paths(ROOT).credential(a), PAYLOAD)  # READ only, even its own
 
     with NimbusClient([replica.address]) as nimbus:
         nimbus.call_leader("KillTopology", pb.KillTopologyRequest(name="a", wait_s=0))
     wait_until(
-        lambda: service.exists(credentials_path(ROOT, a)) is None,
+        lambda: service.exists(Paths(ROOT).credential(a)) is None,
         20,
         message="the killed topology's credentials removed",
     )
-    assert service.exists(credentials_path(ROOT, b)) is not None
+    assert service.exists(Paths(ROOT).credential(b)) is not None
 
 
 def test_zk_credentials_come_from_a_file_or_the_environment(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from cluster.paths import Paths
 from code_sync.package import make_package
-from leader.paths import Paths
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, sync_flags

@@ -80,7 +80,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
     with log_path.open("ab") as log:
         supervisor = subprocess.Popen(
             [
-                sys.executable, "-m", "pipeline.supervisor", "--zookeeper", zk_hosts,
+                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
                 "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "2",
                 "--heartbeat-interval", "0.5", "--session-timeout", "6",
                 "--state-dir", str(state), "--worker-stop-timeout", "30",

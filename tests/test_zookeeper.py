@@ -21,10 +21,10 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
 
-from nimbus.errors import JavaNotFoundError
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy
-from nimbus.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode
+from cluster.errors import JavaNotFoundError
+from cluster.factory import make_kazoo_client
+from devtools.faultproxy import FaultProxy
+from devtools.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_no_zookeeper_survives_its_parent_being_killed(tmp_path: Path) -> None:
         """
         import sys
         from pathlib import Path
-        from nimbus.zkserver import ZooKeeperCluster
+        from devtools.zkserver import ZooKeeperCluster
         cluster = ZooKeeperCluster(size=3, base_dir=Path(sys.argv[1]))
         cluster.start()
         print("PIDS", *cluster.pids(), flush=True)

@@ -20,8 +20,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
-from nimbus.factory import make_kazoo_client
-from nimbus.zkserver import EXTERNAL_ENV, ZooKeeperCluster, external_connect_string
+from cluster.factory import make_kazoo_client
+from devtools.zkserver import EXTERNAL_ENV, ZooKeeperCluster, external_connect_string
 from tests.waiting import wait_until
 
 SESSION_TIMEOUT = 2.0

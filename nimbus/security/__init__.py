@@ -1,7 +1,6 @@
-"""Security: ZooKeeper digest auth and ACLs, gRPC TLS and bearer tokens, input limits.
+"""Server-side security of a replica: the gRPC auth check, input limits, topology secrets.
 
-Everything here is off unless configured, so a cluster without these settings behaves as
-before. One module per job: ``zkauth`` (ZooKeeper credentials and ACLs), ``tls``
-(certificates), ``tokens`` (bearer tokens), ``interceptor`` (the server's check of each
-call), ``client`` (what a client or peer presents), ``credentials`` (per-topology nodes).
+``interceptor`` (the server's check of each call), ``server`` (loading the server's TLS,
+tokens and ZooKeeper auth), ``limits`` (input size bounds), ``credentials`` (per-topology
+nodes). The client side every process shares lives in ``cluster.security``.
 """

@@ -22,7 +22,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.security import make_digest_acl
 
-from code_sync.state import storm_readable
+from cluster.errors import NimbusError
+from cluster.paths import Paths
+from cluster.reads import storm_readable
+from cluster.security.zkauth import ZkAuth
 from fencing import (
     Create,
     Delete,
@@ -32,9 +35,6 @@ from fencing import (
     WriteConflictError,
     ensure_folders,
 )
-from leader.paths import Paths
-from nimbus.errors import NimbusError
-from nimbus.security.zkauth import ZkAuth
 
 log = logging.getLogger(__name__)
 
@@ -67,32 +67,24 @@ class TopologyCredentials:
             raise CredentialsError(f"damaged credentials record ({type(e).__name__})") from e
 
 
-def credentials_folder(root: str) -> str:
-    return f"{root}/credentials"
-
-
-def credentials_path(root: str, topology_id: str) -> str:
-    return f"{credentials_folder(root)}/{topology_id}"
-
-
 def new_credentials(topology_id: str) -> TopologyCredentials:
     return TopologyCredentials(topology_id, secrets.token_urlsafe(32))
 
 
-def create_op(root: str, service: ZkAuth, creds: TopologyCredentials) -> Create:
+def create_op(paths: Paths, service: ZkAuth, creds: TopologyCredentials) -> Create:
     """The node: service ALL, the topology READ, nobody else anything."""
     reader = make_digest_acl(creds.topology_id, creds.password, read=True)
     return Create(
-        credentials_path(root, creds.topology_id),
+        paths.credential(creds.topology_id),
         creds.encode(),
         acl=tuple(service.private_acl(reader)),
     )
 
 
-def read_credentials(client: KazooClient, root: str, topology_id: str) -> TopologyCredentials:
+def read_credentials(client: KazooClient, paths: Paths, topology_id: str) -> TopologyCredentials:
     """What a supervisor (service identity) or the topology itself reads."""
     try:
-        data, _ = client.get(credentials_path(root, topology_id))
+        data, _ = client.get(paths.credential(topology_id))
     except NoNodeError as e:
         raise CredentialsError(f"no credentials for topology {topology_id!r}") from e
     return TopologyCredentials.decode(data)
@@ -104,7 +96,7 @@ class CredentialsDuty:
     def __init__(
         self,
         client: KazooClient,
-        root: str,
+        paths: Paths,
         service: ZkAuth,
         writer: FencedWriter,
         *,
@@ -112,7 +104,7 @@ class CredentialsDuty:
         interval: float,
     ) -> None:
         self._client = client
-        self._root = root
+        self._paths = paths
         self._service = service
         self._writer = writer
         self._storms = storms
@@ -125,7 +117,7 @@ class CredentialsDuty:
 
     def run_once(self) -> list[str]:
         """One pass; returns the changes made, in words."""
-        folder = credentials_folder(self._root)
+        folder = self._paths.credentials
         ensure_folders(self._client, [folder])
         have = set(self._client.get_children(folder))
         want = set(self._storms())
@@ -138,16 +130,16 @@ class CredentialsDuty:
                 continue
             try:
                 self._writer.batch(
-                    [create_op(self._root, self._service, new_credentials(topology_id))]
+                    [create_op(self._paths, self._service, new_credentials(topology_id))]
                 )
             except WriteConflictError as e:  # e.g. made by a previous pass we did not see
                 log.info("credentials of %s not created: %s", topology_id, e)
                 continue
             changes.append(f"credentials of {topology_id} created")
         for topology_id in sorted(have - want):
-            if storm_readable(self._client, Paths(self._root), topology_id):
+            if storm_readable(self._client, self._paths, topology_id):
                 continue  # in /storms but not in our view yet (a read lost to a disconnect)
-            self._writer.batch([Delete(credentials_path(self._root, topology_id))])
+            self._writer.batch([Delete(self._paths.credential(topology_id))])
             changes.append(f"credentials of {topology_id} removed")
         return changes
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from nimbus.security.tokens import TokenSet, bearer
+from cluster.security.tokens import TokenSet, bearer
 
 log = logging.getLogger(__name__)
 

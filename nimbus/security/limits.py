@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nimbus.api import pb
-from nimbus.apierror import ApiError
+from cluster.api import pb
+from cluster.apierror import ApiError
 
 MAX_CONFIG_BYTES = 64 * 1024
 MAX_CONFIG_KEYS = 1024
@@ -85,7 +85,9 @@ def check_submit_header(header: pb.SubmitHeader) -> None:
     if header.package_size < 0:
         raise _invalid(f"package size must be >= 0 bytes, got {header.package_size}")
     if not 0 <= header.num_workers <= MAX_WORKERS:
-        raise _invalid(f"workers must be between 1 and {MAX_WORKERS}, got {header.num_workers}")
+        raise _invalid(
+            f"workers must be between 1 and {MAX_WORKERS} (0: one), got {header.num_workers}"
+        )
     check_topology_config(header.config_json)
 
 
@@ -101,7 +103,9 @@ def check_kill(request: pb.KillTopologyRequest) -> None:
 def check_rebalance(request: pb.RebalanceTopologyRequest) -> None:
     check_wait(request.wait_s)
     if not 0 <= request.num_workers <= MAX_WORKERS:
-        raise _invalid(f"workers must be between 1 and {MAX_WORKERS}, got {request.num_workers}")
+        raise _invalid(
+            f"workers must be between 1 and {MAX_WORKERS} (0: unchanged), got {request.num_workers}"
+        )
     if len(request.component_parallelism) > MAX_COMPONENTS:
         raise _invalid(f"parallelism given for over {MAX_COMPONENTS} components")
     for component, parallelism in request.component_parallelism.items():

@@ -12,12 +12,12 @@ from typing import Any
 
 import grpc
 
-from nimbus.errors import ConfigError
-from nimbus.security.client import ClientSecurity
+from cluster.errors import ConfigError
+from cluster.security.client import ClientSecurity
+from cluster.security.tls import ClientTls, ServerTls, load_server_tls, read_pem
+from cluster.security.tokens import TokenSet, load_token_set
+from cluster.security.zkauth import ZkAuth, load_zk_auth
 from nimbus.security.interceptor import AuthInterceptor
-from nimbus.security.tls import ClientTls, ServerTls, load_server_tls, read_pem
-from nimbus.security.tokens import TokenSet, load_token_set
-from nimbus.security.zkauth import ZkAuth, load_zk_auth
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from cluster.api import records
+from cluster.paths import Paths
+from cluster.recordcache import RecordCache
 from code_sync.store import CodeStore
 from leader.discovery import LeaderCache
-from leader.paths import Paths
-from nimbus.api import records
-from nimbus.recordcache import RecordCache
 from nimbus.ui.graph import GraphCache
 from nimbus.ui.mirror import ZkMirror
 from nimbus.ui.server import UiServer
@@ -24,7 +24,7 @@ class WebUi:
         self,
         client: KazooClient,
         *,
-        root: str,
+        paths: Paths,
         replica_id: str,
         host: str,
         port: int,
@@ -33,7 +33,6 @@ class WebUi:
         store: CodeStore,
         connected: Callable[[], bool],
     ) -> None:
-        paths = Paths(root)
         self._mirror = ZkMirror(client, mirrored_folders(paths))
         self._graphs = GraphCache(store, on_ready=self.poke)
         view = ClusterView(

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from cluster.api import records
+from cluster.paths import Paths, worker_name
 from leader.discovery import LeaderInfo
-from leader.paths import Paths, worker_name
-from nimbus.api import records
 from nimbus.ui.graph import GraphCache
 from nimbus.ui.holders import DEPTH as HOLDERS_DEPTH
 from nimbus.ui.holders import code_holders

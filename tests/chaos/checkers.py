@@ -10,7 +10,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Callable
 
-from nimbus.api import records
+from cluster.api import records
 from tests.chaos.history import History
 from tests.chaos.state import ZkState
 

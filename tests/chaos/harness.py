@@ -21,11 +21,11 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from nimbus.api import pb
-from nimbus.errors import ZooKeeperStartError, ZooKeeperUnavailableError
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy, ProxiedEnsemble
-from nimbus.zkserver import ZooKeeperCluster
+from cluster.api import pb
+from cluster.errors import ZooKeeperStartError, ZooKeeperUnavailableError
+from cluster.factory import make_kazoo_client
+from devtools.faultproxy import FaultProxy, ProxiedEnsemble
+from devtools.zkserver import ZooKeeperCluster
 from tests.cluster import Replica, free_port
 from tests.replica_fixtures import sync_flags
 from tests.waiting import wait_until

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nimbus.zkserver import ZooKeeperCluster
+from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.checkers import check_all
 from tests.chaos.harness import MIN_REPLICAS, ROOT, ChaosCluster, LeadershipSampler, verified_copies
 from tests.chaos.history import Fault, History

@@ -14,8 +14,8 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from leader.paths import Paths
-from nimbus.api import records
+from cluster.api import records
+from cluster.paths import Paths
 
 
 @dataclass(frozen=True)

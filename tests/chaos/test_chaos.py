@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nimbus.api import records
-from nimbus.zkserver import ZooKeeperCluster
+from cluster.api import records
+from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.availability import window
 from tests.chaos.checkers import s1_terms
 from tests.chaos.harness import ROOT

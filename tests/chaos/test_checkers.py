@@ -15,11 +15,11 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
 
+from cluster.api import records
+from cluster.paths import Paths
 from code_sync.package import make_package
 from fencing import FencedWriter, LeadershipToken, NotLeaderError
 from fencing.office import take_office
-from leader.paths import Paths
-from nimbus.api import records
 from tests.chaos.checkers import s1_terms, s2_reflected, s3_code, s4_epochs
 from tests.chaos.harness import ROOT, verified_copies
 from tests.chaos.history import Call, History
@@ -32,7 +32,9 @@ def _lead(client: KazooClient, who: str) -> tuple[Lock, FencedWriter]:
     lock = Lock(client, PATHS.leader_lock, identifier=who)
     assert lock.acquire(timeout=10)
     node = f"{lock.path}/{lock.node}"
-    epoch = take_office(client, ROOT, lock_node=node, holder=who, now_ms=lambda: 0, timeout=5)
+    epoch = take_office(
+        client, Paths(ROOT), lock_node=node, holder=who, now_ms=lambda: 0, timeout=5
+    )
     return lock, FencedWriter(client, LeadershipToken(node, epoch), timeout=5)
 
 

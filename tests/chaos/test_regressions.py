@@ -7,11 +7,11 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
+from devtools.faultproxy import FaultProxy
+from devtools.zkserver import ZooKeeperCluster
 from leader.elector import Elector, ElectorSettings
-from leader.paths import Paths
-from nimbus.factory import make_kazoo_client
-from nimbus.faultproxy import FaultProxy
-from nimbus.zkserver import ZooKeeperCluster
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -41,7 +41,7 @@ def test_a_zookeeper_error_while_rechecking_after_a_reconnect_keeps_the_term(
 
     elector = Elector(
         client,
-        ElectorSettings(root=ROOT, replica_id="me:1", session_timeout=4.0),
+        ElectorSettings(paths=Paths(ROOT), replica_id="me:1", session_timeout=4.0),
         has_all_code=gate,
     )
     elector.start()

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import grpc
 
+from cluster.api import pb
 from code_sync.package import make_package
-from leader.client import NimbusCallError, NimbusClient, NoLeaderError
-from nimbus.api import pb
+from nimbus.client import NimbusCallError, NimbusClient, NoLeaderError
 from tests.chaos.history import Call, History
 
 # Refusals after which nothing was written; anything else may have landed.

@@ -19,17 +19,18 @@ from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.lock import Lock
 
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
 from fencing import (
+    CancelReason,
     FencedWriter,
     LeadershipToken,
     NotLeaderError,
     WriteOutcomeUnknown,
     ensure_folders,
 )
+from fencing.lease import Heartbeat, Lease
 from fencing.office import take_office
-from leader.lease import Heartbeat, Lease
-from leader.paths import Paths
-from nimbus.factory import make_kazoo_client
 
 
 def main() -> int:
@@ -45,12 +46,12 @@ def main() -> int:
     client.start(timeout=15)
     connected.set()
     ensure_folders(client, Paths(args.root).folders())
-    lock = Lock(client, f"{args.root}/leader-lock", identifier="holder")
+    lock = Lock(client, Paths(args.root).leader_lock, identifier="holder")
     lock.acquire(timeout=30)
     lock_node = f"{lock.path}/{lock.node}"
     epoch = take_office(
         client,
-        args.root,
+        Paths(args.root),
         lock_node=lock_node,
         holder="holder",
         now_ms=lambda: int(time.time() * 1000),
@@ -70,7 +71,7 @@ def main() -> int:
         else:
             connected.clear()
             if not args.raw:
-                token.cancel(f"ZooKeeper connection {state}")
+                token.cancel(CancelReason.DISCONNECTED, str(state))
 
     client.add_listener(on_state)
     print(json.dumps({"lock_node": lock_node, "epoch": epoch}), flush=True)

@@ -26,11 +26,11 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from leader.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
-from nimbus.api import pb, rpc
-from nimbus.errors import NimbusError
-from nimbus.factory import make_channel
-from nimbus.security.client import ClientSecurity
+from cluster.api import pb, rpc
+from cluster.errors import NimbusError
+from cluster.factory import make_channel
+from cluster.security.client import ClientSecurity
+from nimbus.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
 
 T = TypeVar("T")
 

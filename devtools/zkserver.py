@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from nimbus.errors import (
+from cluster.errors import (
     JavaNotFoundError,
     ZooKeeperNotFoundError,
     ZooKeeperStartError,
@@ -806,9 +806,9 @@ def _probe_write(connect_string: str, deadline: float) -> str | None:
     from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
 
+    from cluster.factory import make_kazoo_client
     from fencing.errors import FencingError
     from fencing.membership import probe_write
-    from nimbus.factory import make_kazoo_client
 
     last_error = "no attempt"
     client = make_kazoo_client(connect_string, session_timeout=10.0)

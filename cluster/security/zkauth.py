@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
-from nimbus.errors import ConfigError
+from cluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nimbus.errors import ConfigError
-from nimbus.security.zkauth import read_secret_file
+from cluster.errors import ConfigError
+from cluster.security.zkauth import read_secret_file
 
 METADATA_KEY = "authorization"
 SCHEME = "Bearer "

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from nimbus.errors import NimbusError
-from nimbus.zkserver import ZooKeeperCluster
+from cluster.errors import NimbusError
+from devtools.zkserver import ZooKeeperCluster
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -29,11 +29,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cluster.api import pb, records
+from cluster.errors import NimbusError
 from code_sync.package import make_package
-from leader.client import NimbusClient
-from nimbus.api import pb, records
-from nimbus.errors import NimbusError
-from nimbus.zkserver import ZooKeeperCluster, free_ports
+from devtools.zkserver import ZooKeeperCluster, free_ports
+from nimbus.client import NimbusClient
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "wordcount"
 #: The example's tokenizer (``WORD_SEPARATOR`` in its topology.py), for the exact check.

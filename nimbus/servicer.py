@@ -8,11 +8,11 @@ from typing import NoReturn, Protocol, TypeVar
 
 import grpc
 
+from cluster.api import pb, records, rpc
+from cluster.apierror import ApiError
 from fencing import NotLeaderError
 from leader.discovery import LeaderCache
 from leader.elector import Elector
-from nimbus.api import pb, records, rpc
-from nimbus.apierror import ApiError
 
 T = TypeVar("T")
 
@@ -248,6 +248,4 @@ class NimbusServicer(rpc.NimbusServicer):
 
     @staticmethod
     def _not_yet(context: grpc.ServicerContext, name: str) -> NoReturn:
-        context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, f"{name} is not built yet (a later issue adds it)"
-        )
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not served by this server")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from nimbus.errors import ConfigError
-from nimbus.security.zkauth import read_secret_file
+from cluster.errors import ConfigError
+from cluster.security.zkauth import read_secret_file
 
 _MAX_PEM_BYTES = 1 << 20
 

@@ -1,7 +1,7 @@
 """The one place that makes KazooClients, gRPC servers and gRPC channels.
 
-Authentication, ACLs and TLS arrive later in exactly these functions, so every
-connection in the project picks them up at once.
+ZooKeeper authentication and ACLs, and gRPC TLS and tokens, are applied here and nowhere
+else, so every connection in the project gets them the same way.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
-from nimbus.security import client as client_security
-from nimbus.security.client import ClientSecurity
-from nimbus.security.tls import ServerTls
-from nimbus.security.zkauth import ZkAuth
+from cluster.security import client as client_security
+from cluster.security.client import ClientSecurity
+from cluster.security.tls import ServerTls
+from cluster.security.zkauth import ZkAuth
 
 # Bounds on gRPC messages: packages travel in ~1 MiB chunks, so 8 MiB is generous.
 MAX_GRPC_MESSAGE_BYTES = 8 * 1024 * 1024

@@ -6,16 +6,16 @@ import re
 
 import grpc
 
-from nimbus.apierror import ApiError
+from cluster.apierror import ApiError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-COMPONENT_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+COMPONENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name) or name in (".", ".."):
+    if not NAME_RE.fullmatch(name) or name in (".", ".."):
         raise ApiError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"invalid topology name {name!r}: use 1-128 of A-Z a-z 0-9 . _ - (not '.' or '..')",
@@ -24,7 +24,7 @@ def check_name(name: str) -> str:
 
 
 def check_digest(digest: str) -> str:
-    if not DIGEST_RE.match(digest):
+    if not DIGEST_RE.fullmatch(digest):
         raise ApiError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"invalid digest {digest!r}: expected 64 lowercase hex characters (SHA-256)",
@@ -34,7 +34,7 @@ def check_digest(digest: str) -> str:
 
 def check_request_id(request_id: str) -> str:
     """Empty (no idempotency asked for) or a safe ZooKeeper node name."""
-    if request_id and (not REQUEST_ID_RE.match(request_id) or request_id in (".", "..")):
+    if request_id and (not REQUEST_ID_RE.fullmatch(request_id) or request_id in (".", "..")):
         raise ApiError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"invalid client request id {request_id!r}: use 1-128 of A-Z a-z 0-9 . _ -",

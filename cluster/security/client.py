@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from nimbus.envargs import add_env_flag
-from nimbus.errors import ConfigError
-from nimbus.security.tls import ClientTls, load_client_tls
-from nimbus.security.tokens import METADATA_KEY, SCHEME, load_client_token
-from nimbus.security.zkauth import parse_flag_bool
+from cluster.envargs import add_env_flag
+from cluster.errors import ConfigError
+from cluster.security.tls import ClientTls, load_client_tls
+from cluster.security.tokens import METADATA_KEY, SCHEME, load_client_token
+from cluster.security.zkauth import parse_flag_bool
 
 if TYPE_CHECKING:  # generic only in the type stubs
     _UnaryUnary = grpc.UnaryUnaryClientInterceptor[Any, Any]

@@ -1,8 +1,20 @@
-"""ZooKeeper paths of the layout in DESIGN.md, in one place."""
+"""ZooKeeper paths of the layout in DESIGN.md, in one place (Storm's ``cluster.clj``).
+
+No other module builds a layout path from a string: it asks a ``Paths`` object, which every
+collaborator takes instead of a root string.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+#: A cluster's root: an absolute ZooKeeper path of plain segments, like ``/storm``.
+ROOT_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
+
+
+def valid_root(root: str) -> bool:
+    return ROOT_RE.fullmatch(root) is not None
 
 
 @dataclass(frozen=True)
@@ -20,6 +32,10 @@ class Paths:
     @property
     def epochs(self) -> str:
         return f"{self.root}/epochs"
+
+    def epoch(self, epoch: int) -> str:
+        """One term's ``EpochRecord``; the node name is the epoch number."""
+        return f"{self.epochs}/{epoch}"
 
     @property
     def nimbuses(self) -> str:
@@ -40,6 +56,25 @@ class Paths:
     @property
     def errors(self) -> str:
         return f"{self.root}/errors"
+
+    def errors_of(self, topology_id: str) -> str:
+        """A topology's errors: one folder per component, ``ErrorInfo`` sequence nodes."""
+        return f"{self.errors}/{topology_id}"
+
+    def component_errors(self, topology_id: str, component: str) -> str:
+        return f"{self.errors}/{topology_id}/{component}"
+
+    def component_error(self, topology_id: str, component: str, name: str) -> str:
+        """One error node (``name`` as listed), or with ``name="e"`` the sequence prefix."""
+        return f"{self.errors}/{topology_id}/{component}/{name}"
+
+    @property
+    def credentials(self) -> str:
+        return f"{self.root}/credentials"
+
+    def credential(self, topology_id: str) -> str:
+        """A topology's secret: readable by the service and that topology's identity only."""
+        return f"{self.credentials}/{topology_id}"
 
     @property
     def supervisors(self) -> str:

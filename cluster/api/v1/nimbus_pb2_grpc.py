@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from nimbus.api.v1 import nimbus_pb2 as nimbus_dot_api_dot_v1_dot_nimbus__pb2
+from cluster.api.v1 import nimbus_pb2 as nimbus_dot_api_dot_v1_dot_nimbus__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

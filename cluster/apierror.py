@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from nimbus.errors import NimbusError
+from cluster.errors import NimbusError
 
 
 class ApiError(NimbusError):

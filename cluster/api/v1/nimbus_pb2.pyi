@@ -1,4 +1,4 @@
-from nimbus.api.v1 import records_pb2 as _records_pb2
+from cluster.api.v1 import records_pb2 as _records_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -13,7 +13,7 @@ Field numbers are part of the wire format: never renumber or reuse them.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from nimbus.api.v1 import nimbus_pb2 as _nimbus_pb2
+from cluster.api.v1 import nimbus_pb2 as _nimbus_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

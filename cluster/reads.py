@@ -9,8 +9,8 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from leader.paths import Paths
-from nimbus.api import records
+from cluster.api import records
+from cluster.paths import Paths
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +65,6 @@ def live_replicas(client: KazooClient, paths: Paths) -> frozenset[str]:
         return frozenset(client.get_children(paths.nimbuses))
     except NoNodeError:
         return frozenset()
-
-
-def read_holders(
-    client: KazooClient, paths: Paths, live: frozenset[str] | None = None
-) -> dict[str, Holders]:
-    try:
-        ids = client.get_children(paths.code_distributor)
-    except NoNodeError:
-        return {}
-    result: dict[str, Holders] = {}
-    for topology_id in ids:
-        result[topology_id] = read_holders_of(client, paths, topology_id, live)
-    return result
 
 
 def read_holders_of(

@@ -28,7 +28,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bnimbus/api/v1/
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'nimbus.api.v1.records_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cluster.api.v1.records_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STORMBASE_COMPONENTPARALLELISMENTRY']._loaded_options = None
