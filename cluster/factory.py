@@ -50,10 +50,54 @@ def make_kazoo_client(
     )
 
 
-def _channel_options() -> list[tuple[str, Any]]:
+#: A peer that does not answer an HTTP/2 PING within this long (frozen, black-holed) has
+#: its connection closed and its calls failed UNAVAILABLE: a client moves on in about
+#: KEEPALIVE_TIME + KEEPALIVE_TIMEOUT instead of waiting for the call's deadline.
+KEEPALIVE_TIME_MS = 1000
+KEEPALIVE_TIMEOUT_MS = 1000
+#: A connection attempt that gets no answer (a SYN dropped) gives up after this long, so a
+#: call without ``wait_for_ready`` fails UNAVAILABLE at once rather than at its deadline.
+CONNECT_TIMEOUT_MS = 1000
+#: Reconnect soon after a refusal: a leader restarted on the same address is reached within
+#: a second, not after gRPC's default backoff of up to two minutes.
+RECONNECT_BACKOFF_MS = (100, 1000)
+
+
+def _message_options() -> list[tuple[str, Any]]:
     return [
         ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ]
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    """Options of every client channel: message bounds, keepalive, fast reconnects."""
+    low, high = RECONNECT_BACKOFF_MS
+    return [
+        *_message_options(),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.min_reconnect_backoff_ms", low),
+        ("grpc.initial_reconnect_backoff_ms", low),
+        ("grpc.max_reconnect_backoff_ms", high),
+        ("grpc.min_connect_timeout_ms", CONNECT_TIMEOUT_MS),
+        ("grpc.enable_retries", 0),  # NimbusClient retries, with request ids
+    ]
+
+
+def server_options() -> list[tuple[str, Any]]:
+    """Options of every server: accept the clients' keepalive pings (the default policy
+    answers pings more often than every 5 minutes with GOAWAY ``too_many_pings``)."""
+    return [
+        *_message_options(),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_time_ms", 10_000),  # the server's own pings: find dead clients
+        ("grpc.keepalive_timeout_ms", 5_000),
     ]
 
 
@@ -73,7 +117,7 @@ def make_grpc_server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         # gRPC sets SO_REUSEPORT by default: a second replica started on a port in use
         # would silently share it (clients reaching either at random). Refuse instead.
-        options=[*_channel_options(), ("grpc.so_reuseport", 0)],
+        options=[*server_options(), ("grpc.so_reuseport", 0)],
         interceptors=list(interceptors),
     )
     try:
@@ -94,4 +138,4 @@ def make_channel(target: str, security: ClientSecurity | None = None) -> grpc.Ch
     TLS and the bearer token come from ``security``, else from the process default the
     daemon, supervisor or CLI set from its flags (plaintext without a token if none did).
     """
-    return (security or client_security.default()).channel(target, _channel_options())
+    return (security or client_security.default()).channel(target, channel_options())

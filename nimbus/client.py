@@ -1,30 +1,36 @@
 """``NimbusClient``: finds the leader through any seed, follows redirects, rides failovers.
 
-- Discovery asks the cached leader first, then each seed; an answer with a lower epoch
-  than one already seen is a lagging replica's and is ignored.
-- A leader-only call answered ``FAILED_PRECONDITION`` with the leader's address in
-  trailing metadata is re-sent there; ``UNAVAILABLE`` drops the cached leader and retries
-  with jittered exponential backoff (tenacity) within a bounded number of attempts and
-  an overall deadline.
-- Mutating calls carry a client request id, kept across retries, so the server can
-  return the first outcome of a retried call instead of doing the work twice.
+What a user of the CLI or of this library gets, with default settings:
+
+- **A deadline governs each call, not a count of attempts**: 30 s for mutating calls,
+  10 s for reads (``deadline=`` sets both). Within it, ``UNAVAILABLE`` (a refused
+  connection, a dropped one, a replica that lost ZooKeeper or leadership mid-call) and
+  redirects are retried with jittered backoff; a count of attempts remains only as a
+  safety valve far above what the deadline allows.
+- **Hedged discovery**: every seed is asked at once, each with a short deadline (1 s),
+  and the answer with the highest epoch wins, so one frozen or black-holed replica never
+  costs more than that. An answer with a lower epoch than one already seen is a lagging
+  replica's memory and is ignored.
+- **A dead leader is noticed within about two seconds**: channels ping (gRPC keepalive,
+  ``cluster.factory``), and a leader that failed a call is not asked again until
+  discovery names it again after a short hold (or names a newer one).
+- **Exactly once**: a mutating call carries a client request id, the same on every
+  retry (a submit's stream is re-sent whole), so the server returns the first outcome.
+- Errors name what happened and what the replicas answered.
 """
 
 from __future__ import annotations
 
+import queue
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from cluster.api import pb, rpc
 from cluster.errors import NimbusError
@@ -34,9 +40,18 @@ from nimbus.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
 
 T = TypeVar("T")
 
+MUTATE_DEADLINE_S = 30.0
+READ_DEADLINE_S = 10.0
+PER_SEED_TIMEOUT_S = 1.0
+#: A leader whose call failed is skipped this long unless discovery names a newer term.
+SUSPECT_HOLD_S = 1.0
+#: The slowest upload a submit attempt allows for, on top of the call's deadline.
+MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
+SAFETY_ATTEMPTS = 10_000
+
 
 class NoLeaderError(NimbusError):
-    """No seed could name a leader within the retry budget."""
+    """No leader could be reached before the deadline."""
 
 
 class NimbusCallError(NimbusError):
@@ -47,22 +62,17 @@ class NimbusCallError(NimbusError):
         self.code = code
 
 
-class _Redirect(Exception):
-    def __init__(self, address: str, epoch: int) -> None:
-        super().__init__(address)
-        self.address = address
-        self.epoch = epoch
-
-
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 # Credentials the server refused: every seed would say the same, so fail at once.
 _REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
-
-def _retryable(error: BaseException) -> bool:
-    if isinstance(error, _Redirect | NoLeaderError):
-        return True
-    return isinstance(error, grpc.RpcError) and error.code() in _RETRYABLE
+#: Leader-only unary calls by name, each as a typed stub method.
+_LEADER_CALLS: dict[str, Callable[[rpc.NimbusStub], Any]] = {
+    "KillTopology": lambda s: s.KillTopology,
+    "ActivateTopology": lambda s: s.ActivateTopology,
+    "DeactivateTopology": lambda s: s.DeactivateTopology,
+    "RebalanceTopology": lambda s: s.RebalanceTopology,
+}
 
 
 def new_request_id() -> str:
@@ -77,28 +87,59 @@ def parse_seeds(seeds: str | Iterable[str]) -> list[str]:
     return parsed
 
 
+class _Retry(Exception):
+    """One attempt failed in a way worth another; ``why`` says how, for the final error."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass
+class _Suspect:
+    address: str
+    epoch: int
+    since: float
+
+
 class NimbusClient:
     def __init__(
         self,
         seeds: str | Sequence[str],
         *,
-        call_timeout: float = 5.0,
-        attempts: int = 12,
-        deadline: float = 30.0,
+        deadline: float | None = None,
+        read_deadline: float | None = None,
+        per_seed_timeout: float = PER_SEED_TIMEOUT_S,
+        call_timeout: float | None = None,
+        attempts: int = SAFETY_ATTEMPTS,
         max_backoff: float = 1.0,
         security: ClientSecurity | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``deadline``: seconds per call (mutating, and reads unless ``read_deadline``).
+        ``call_timeout``: a cap on one attempt of a unary call (default: the deadline
+        left; keepalive notices a dead server sooner). ``attempts``: a safety valve."""
         self.seeds = parse_seeds(seeds)
+        for name, value in (("deadline", deadline), ("read_deadline", read_deadline)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value}")
+        self._mutate_deadline = deadline or MUTATE_DEADLINE_S
+        self._read_deadline = read_deadline or deadline or READ_DEADLINE_S
+        self._per_seed = per_seed_timeout
         self._call_timeout = call_timeout
-        self._attempts = attempts
-        self._deadline = deadline
+        self._attempts = max(1, attempts)
         self._max_backoff = max_backoff
         self._security = security  # TLS and token; None: the process default
-        self._security = security  # TLS and token; None: the process default
+        self._clock = clock
+        self._sleep = sleep
         self._channels: dict[str, grpc.Channel] = {}
         self._guard = threading.Lock()
         self._leader: str | None = None
+        self._suspect: _Suspect | None = None
         self.max_epoch_seen = 0
+        #: Every epoch a replica sent, as sent, in order: (responder, epoch). For checkers.
+        self.epochs_received: list[tuple[str, int]] = []
 
     def close(self) -> None:
         with self._guard:
@@ -115,147 +156,216 @@ class NimbusClient:
     # -- discovery ---------------------------------------------------------------------
 
     def leader(self) -> pb.GetLeaderAddressResponse:
-        """The current leader, retried within the budget; never an older epoch."""
-        return self._retrying(self._find_leader)
+        """The current leader; never one of an older epoch than already seen."""
+        return self._retrying(self._read_deadline, lambda end: self._find_leader(end))
 
     def nimbuses(self) -> pb.GetAllNimbusAddressesResponse:
-        def ask() -> pb.GetAllNimbusAddressesResponse:
-            last: grpc.RpcError | None = None
-            for address in self._candidates():
-                try:
-                    reply: pb.GetAllNimbusAddressesResponse = self._stub(
-                        address
-                    ).GetAllNimbusAddresses(
-                        pb.GetAllNimbusAddressesRequest(), timeout=self._call_timeout
-                    )
-                except grpc.RpcError as e:
-                    if e.code() in _REFUSED:
-                        raise
-                    last = e
-                    continue
-                if reply.leader_epoch >= self.max_epoch_seen:
-                    self.max_epoch_seen = max(self.max_epoch_seen, reply.leader_epoch)
-                    return reply
-            raise NoLeaderError(f"no replica answered: {_describe(last)}")
+        def ask(end: float) -> pb.GetAllNimbusAddressesResponse:
+            replies = self._ask_all(lambda s, t: s.GetAllNimbusAddresses.future(
+                pb.GetAllNimbusAddressesRequest(), timeout=t), end)  # fmt: skip
+            fresh = [r for r in replies if r.leader_epoch >= self.max_epoch_seen]
+            if not fresh:
+                raise _Retry("no replica answered with a current view")
+            best: pb.GetAllNimbusAddressesResponse = max(fresh, key=lambda r: r.leader_epoch)
+            self.max_epoch_seen = max(self.max_epoch_seen, best.leader_epoch)
+            return best
 
-        return self._retrying(ask)
+        return self._retrying(self._read_deadline, ask)
 
     # -- leader-only calls --------------------------------------------------------------
 
     def call_leader(self, method: str, request: Any) -> Any:
-        """Send a unary leader-only call (``method`` as named in the service)."""
-        if hasattr(request, "client_request_id") and not request.client_request_id:
+        """A unary leader-only call (``method`` as named in the service)."""
+        try:
+            stub_method = _LEADER_CALLS[method]
+        except KeyError as e:
+            raise ValueError(f"{method} is not a leader-only unary call") from e
+        if not request.client_request_id:
             request.client_request_id = new_request_id()
+        wait_s = float(getattr(request, "wait_s", 0) or 0)
+        deadline = max(self._mutate_deadline, wait_s + 10.0)
 
-        def attempt() -> Any:
-            address = self._leader or self._find_leader().replica_id
+        def attempt(end: float) -> Any:
+            address = self._leader_address(end)
+            timeout = self._attempt_timeout(end)
             try:
-                return getattr(self._stub(address), method)(request, timeout=self._call_timeout)
+                return stub_method(self._stub(address))(request, timeout=timeout)
             except grpc.RpcError as e:
-                self._handle_leader_error(address, e)
-                raise
+                raise self._leader_failed(address, e) from e
 
-        return self._retrying(attempt)
+        return self._retrying(deadline, attempt)
+
+    def kill(self, request: pb.KillTopologyRequest) -> pb.TopologyActionResponse:
+        reply: pb.TopologyActionResponse = self.call_leader("KillTopology", request)
+        return reply
 
     def submit(
         self,
         header: pb.SubmitHeader,
         chunks: Callable[[], Iterator[bytes]],
         *,
-        timeout: float = 600.0,
+        timeout: float | None = None,
     ) -> pb.SubmitTopologyResponse:
         """Stream a package to the leader: the header, then ``chunks()`` (re-made per attempt).
 
         The header's ``client_request_id`` is filled in once and kept across retries.
+        ``timeout`` is the whole call's deadline (default: the mutating deadline plus the
+        package's size at the slowest upload rate allowed for).
         """
         if not header.client_request_id:
             header.client_request_id = new_request_id()
+        upload_s = header.package_size / MIN_UPLOAD_BYTES_PER_S
+        deadline = timeout if timeout is not None else self._mutate_deadline + upload_s
 
         def requests() -> Iterator[pb.SubmitTopologyRequest]:
             yield pb.SubmitTopologyRequest(header=header)
             for chunk in chunks():
                 yield pb.SubmitTopologyRequest(chunk=chunk)
 
-        def attempt() -> pb.SubmitTopologyResponse:
-            address = self._leader or self._find_leader().replica_id
+        def attempt(end: float) -> pb.SubmitTopologyResponse:
+            address = self._leader_address(end)
             try:
                 reply: pb.SubmitTopologyResponse = self._stub(address).SubmitTopology(
-                    requests(), timeout=timeout
+                    requests(), timeout=max(0.1, end - self._clock())
                 )
             except grpc.RpcError as e:
-                self._handle_leader_error(address, e)
-                raise
+                raise self._leader_failed(address, e) from e
+            self._received(address, reply.epoch)
             return reply
 
-        return self._retrying(attempt)
+        return self._retrying(deadline, attempt)
+
+    # -- reads (any replica; the leader first, for freshness) ----------------------------
 
     def describe(self, name: str) -> pb.TopologyDetail:
-        reply: pb.TopologyDetail = self.call_any("GetTopology", pb.GetTopologyRequest(name=name))
+        request = pb.GetTopologyRequest(name=name)
+        reply: pb.TopologyDetail = self._read(lambda s: s.GetTopology, request)
         return reply
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
-        reply: pb.ListTopologiesResponse = self.call_any(
-            "ListTopologies", pb.ListTopologiesRequest()
-        )
+        request = pb.ListTopologiesRequest()
+        reply: pb.ListTopologiesResponse = self._read(lambda s: s.ListTopologies, request)
         return reply
 
     def cluster_summary(self) -> pb.ClusterSummary:
-        reply: pb.ClusterSummary = self.call_any("GetClusterSummary", pb.GetClusterSummaryRequest())
+        request = pb.GetClusterSummaryRequest()
+        reply: pb.ClusterSummary = self._read(lambda s: s.GetClusterSummary, request)
         return reply
 
-    def call_any(self, method: str, request: Any) -> Any:
-        """A read served by every replica; asked of the leader first, for freshness."""
-
-        def ask() -> Any:
-            address = self._leader or self._find_leader().replica_id
+    def _read(self, method: Callable[[rpc.NimbusStub], Any], request: Any) -> Any:
+        def attempt(end: float) -> Any:
+            address = self._leader_address(end)
             try:
-                return getattr(self._stub(address), method)(request, timeout=self._call_timeout)
+                return method(self._stub(address))(request, timeout=self._attempt_timeout(end))
             except grpc.RpcError as e:
-                self._handle_leader_error(address, e)
-                raise
+                raise self._leader_failed(address, e) from e
 
-        return self._retrying(ask)
+        return self._retrying(self._read_deadline, attempt)
 
     # -- internals ----------------------------------------------------------------------
 
-    def _find_leader(self) -> pb.GetLeaderAddressResponse:
-        last: grpc.RpcError | None = None
-        for address in self._candidates():
-            try:
-                reply: pb.GetLeaderAddressResponse = self._stub(address).GetLeaderAddress(
-                    pb.GetLeaderAddressRequest(), timeout=self._call_timeout
-                )
-            except grpc.RpcError as e:
-                if e.code() in _REFUSED:
-                    raise
-                last = e
-                continue
-            if reply.epoch < self.max_epoch_seen:
-                continue  # a lagging replica's memory
-            self.max_epoch_seen = reply.epoch
-            self._leader = reply.replica_id
-            return reply
-        self._leader = None
-        raise NoLeaderError(f"no leader known by any seed ({_describe(last)})")
+    def _leader_address(self, end: float) -> str:
+        if self._leader is not None:
+            return self._leader
+        return self._find_leader(end).replica_id
 
-    def _handle_leader_error(self, address: str, error: grpc.RpcError) -> None:
+    def _find_leader(self, end: float) -> pb.GetLeaderAddressResponse:
+        replies = self._ask_all(
+            lambda s, t: s.GetLeaderAddress.future(pb.GetLeaderAddressRequest(), timeout=t), end
+        )
+        for reply in replies:
+            self._received(reply.responder, reply.epoch)
+        current = [r for r in replies if r.epoch >= self.max_epoch_seen]
+        if not current:
+            self._leader = None
+            raise _Retry("no replica named a leader" if not replies else "only stale answers")
+        best: pb.GetLeaderAddressResponse = max(current, key=lambda r: r.epoch)
+        suspect = self._suspect
+        if (
+            suspect is not None
+            and best.replica_id == suspect.address
+            and best.epoch <= suspect.epoch
+            and self._clock() - suspect.since < SUSPECT_HOLD_S
+        ):
+            self._leader = None
+            raise _Retry(f"the leader {best.replica_id} (epoch {best.epoch}) did not answer")
+        self.max_epoch_seen = max(self.max_epoch_seen, best.epoch)
+        self._leader = best.replica_id
+        return best
+
+    def _ask_all(self, ask: Callable[[rpc.NimbusStub, float], Any], end: float) -> list[Any]:
+        """Ask every seed at once; the answers that arrive within the per-seed deadline.
+
+        Returns early once a replica answers that it is the leader itself: its epoch is
+        its own term, and waiting for a frozen seed would only add its timeout.
+        """
+        timeout = max(0.05, min(self._per_seed, end - self._clock()))
+        finished: queue.Queue[tuple[str, Any]] = queue.Queue()
+        calls: list[Any] = []
+        for address in self._seeds():
+            call = ask(self._stub(address), timeout)
+            call.add_done_callback(lambda f, a=address: finished.put((a, f)))
+            calls.append(call)
+        replies: list[Any] = []
+        errors: list[str] = []
+        give_up = self._clock() + timeout + 0.5  # each call ends by its own deadline anyway
+        try:
+            for _ in calls:
+                left = give_up - self._clock()
+                if left <= 0:
+                    break
+                try:
+                    address, call = finished.get(timeout=left)
+                except queue.Empty:
+                    break
+                try:
+                    replies.append(call.result())
+                except grpc.RpcError as e:
+                    if e.code() in _REFUSED:
+                        raise
+                    errors.append(f"{address}: {_describe(e)}")
+                if any(getattr(r, "responder_is_leader", False) for r in replies):
+                    break
+        finally:
+            for call in calls:
+                call.cancel()  # a no-op for those already done
+        if not replies:
+            raise _Retry("no seed answered (" + "; ".join(errors or ["no answer"]) + ")")
+        return replies
+
+    def _received(self, responder: str, epoch: int) -> None:
+        if epoch:
+            self.epochs_received.append((responder, epoch))
+            del self.epochs_received[:-1000]
+
+    def _leader_failed(self, address: str, error: grpc.RpcError) -> Exception:
+        """What a failed leader call means: a redirect, a retry, or a final error."""
         code = error.code()
         if code == grpc.StatusCode.FAILED_PRECONDITION:
             metadata = {str(m.key): str(m.value) for m in error.trailing_metadata() or ()}
             target = metadata.get(LEADER_METADATA_KEY)
             epoch = int(metadata.get(LEADER_EPOCH_METADATA_KEY, "0") or 0)
+            if epoch:
+                self._received(address, epoch)
             if target and epoch >= self.max_epoch_seen:
                 self.max_epoch_seen = epoch
                 self._leader = str(target)
-                raise _Redirect(str(target), epoch) from error
-            self._leader = None
-            raise _Redirect("", epoch) from error
+            else:
+                self._leader = None
+            return _Retry(f"{address} is not the leader ({error.details()})")
         if code in _RETRYABLE:
             self._leader = None
+            self._suspect = _Suspect(address, self.max_epoch_seen, self._clock())
+            return _Retry(f"{address}: {_describe(error)}")
+        return NimbusCallError(_describe(error), code)
 
-    def _candidates(self) -> list[str]:
+    def _seeds(self) -> list[str]:
         ordered = [self._leader] if self._leader else []
         return ordered + [s for s in self.seeds if s != self._leader]
+
+    def _attempt_timeout(self, end: float) -> float:
+        left = max(0.1, end - self._clock())
+        return min(left, self._call_timeout) if self._call_timeout else left
 
     def _stub(self, address: str) -> rpc.NimbusStub:
         with self._guard:
@@ -264,20 +374,30 @@ class NimbusClient:
                 channel = self._channels[address] = make_channel(address, self._security)
         return rpc.NimbusStub(channel)
 
-    def _retrying(self, fn: Callable[[], T]) -> T:
-        retrying = Retrying(
-            stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
-            wait=wait_random_exponential(multiplier=0.05, max=self._max_backoff),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
+    def _retrying(self, deadline: float, attempt: Callable[[float], T]) -> T:
+        """Run ``attempt(end)`` until it succeeds, fails for good, or the deadline passes."""
+        start = self._clock()
+        end = start + deadline
+        last = "no attempt"
+        for number in range(self._attempts):
+            try:
+                return attempt(end)
+            except _Retry as e:
+                last = e.why
+            except grpc.RpcError as e:  # refused credentials, from discovery
+                raise NimbusCallError(_describe(e), e.code()) from e
+            left = end - self._clock()
+            if left <= 0:
+                break
+            backoff = random.uniform(0, min(self._max_backoff, 0.05 * 2**number))
+            self._sleep(min(backoff, left))
+            if self._clock() >= end:
+                break
+        raise NoLeaderError(
+            f"no leader answered within {deadline:g}s (seeds {', '.join(self.seeds)}); "
+            f"last: {last}. Check that the replicas run and reach ZooKeeper "
+            "(`nimbus nimbuses`), or raise --timeout"
         )
-        try:
-            result: T = retrying(fn)
-        except _Redirect as e:
-            raise NoLeaderError(f"still redirected after retries (last: {e.address})") from e
-        except grpc.RpcError as e:
-            raise NimbusCallError(_describe(e), e.code()) from e
-        return result
 
 
 def _describe(error: grpc.RpcError | None) -> str:

@@ -20,7 +20,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
     add_client_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--timeout", type=float, default=10.0, help="overall deadline, seconds")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="seconds the call may take (default 10)"
+    )
 
 
 def register(sub: Any) -> None:

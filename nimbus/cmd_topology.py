@@ -21,25 +21,33 @@ from nimbus.client import NimbusClient
 CHUNK = 1024 * 1024
 
 
+TIMEOUT_HELP = (
+    "seconds the whole call may take, retries through a failover included "
+    "(default: 30 for changes, plus upload time for a submit; 10 for reads)"
+)
+
+
+def _client_flags(p: argparse.ArgumentParser) -> None:
+    add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(p)
+    p.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="upload a topology package and activate it")
     p.add_argument("package", help="a zip with topology.py at its root")
     p.add_argument("--name", required=True)
     p.add_argument("--config-json", default="{}", help="topology config as a JSON object")
     p.add_argument("--workers", type=int, default=1)
-    add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
-    add_client_flags(p)
-    p.add_argument("--timeout", type=float, default=600.0)
+    _client_flags(p)
     p.set_defaults(func=run_submit)
     d = sub.add_parser("describe", help="one topology: status, epoch, digest, code replicas")
     d.add_argument("name")
-    add_env_flag(d, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
-    add_client_flags(d)
+    _client_flags(d)
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_describe)
     ls = sub.add_parser("list", help="every topology with its status")
-    add_env_flag(ls, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
-    add_client_flags(ls)
+    _client_flags(ls)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
     for command, help_text in (
@@ -50,8 +58,7 @@ def register(sub: Any) -> None:
     ):
         c = sub.add_parser(command, help=help_text)
         c.add_argument("name")
-        add_env_flag(c, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
-        add_client_flags(c)
+        _client_flags(c)
         c.add_argument("--json", action="store_true")
         if command in ("kill", "rebalance"):
             c.add_argument("--wait", type=int, default=0, help="seconds (default 0)")
@@ -106,7 +113,7 @@ def run_submit(args: argparse.Namespace) -> int:
                 yield block
 
     try:
-        with NimbusClient(args.seeds, attempts=5, deadline=args.timeout) as client:
+        with NimbusClient(args.seeds) as client:
             reply = client.submit(header, chunks, timeout=args.timeout)
     except (NimbusError, ValueError) as e:
         print(f"nimbus submit: {e}", file=sys.stderr)
@@ -120,7 +127,7 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     try:
-        with NimbusClient(args.seeds) as client:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
             detail = client.describe(args.name)
     except (NimbusError, ValueError) as e:
         print(f"nimbus describe: {e}", file=sys.stderr)
@@ -175,7 +182,7 @@ def topology_row(t: pb.TopologySummary) -> dict[str, Any]:
 
 def run_list(args: argparse.Namespace) -> int:
     try:
-        with NimbusClient(args.seeds) as client:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
             reply = client.list_topologies()
     except (NimbusError, ValueError) as e:
         print(f"nimbus list: {e}", file=sys.stderr)
@@ -216,7 +223,7 @@ def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
 def run_action(args: argparse.Namespace) -> int:
     try:
         method, request = _action_request(args)
-        with NimbusClient(args.seeds) as client:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
             reply = client.call_leader(method, request)
     except (NimbusError, ValueError) as e:
         print(f"nimbus {args.command}: {e}", file=sys.stderr)

@@ -31,6 +31,7 @@ from leader.elector import Elector, ElectorSettings
 from leader.health import NimbusHealth
 from leader.registry import Registry
 from nimbus.config import NimbusConfig, parse_address
+from nimbus.grpc_errors import ErrorInterceptor
 from nimbus.grpc_metrics import MetricsInterceptor
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
 from nimbus.metrics import DownloadCounter, MetricsServer, ReplicaMetrics
@@ -127,6 +128,7 @@ class NimbusDaemon:
             interceptors=[
                 MetricsInterceptor(self.metrics.grpc_call),
                 *self.security.interceptors(),
+                ErrorInterceptor(),  # innermost: the others see the status it maps
             ],
             tls=self.security.tls,
         )

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
+
+from nimbus.grpc_wrap import Handler, Interceptor, wrap_handler
 
 #: (full method name, status code name, seconds) for each finished call.
 Observe = Callable[[str, str, float], None]
@@ -26,13 +28,7 @@ def _code_name(context: grpc.ServicerContext, error: BaseException | None) -> st
     return "UNKNOWN" if error is not None else "OK"
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.ServerInterceptor
-
-
-class MetricsInterceptor(_Interceptor):
+class MetricsInterceptor(Interceptor):
     """Wraps each method handler so that its outcome is observed exactly once."""
 
     def __init__(self, observe: Observe) -> None:
@@ -40,38 +36,13 @@ class MetricsInterceptor(_Interceptor):
 
     def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+    ) -> Handler | None:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        method: str = handler_call_details.method
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(method, handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._streaming(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._streaming(method, handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return wrap_handler(handler, handler_call_details.method, self._unary, self._streaming)
 
     def _unary(
         self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
