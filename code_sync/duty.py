@@ -15,7 +15,6 @@ import threading
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
 
 from cluster.api import records
 from cluster.paths import Paths
@@ -24,9 +23,8 @@ from fencing import (
     Create,
     Delete,
     FencedWriter,
-    FencingError,
-    NotLeaderError,
     ensure_folders,
+    run_duty,
     stamp_epoch,
 )
 
@@ -146,12 +144,12 @@ class CodeMissingDuty:
             )
 
     def _run(self) -> None:
-        token = self._writer.token
-        while not token.wait(self._interval):
-            try:
-                for change in self.run_once():
-                    log.warning("code duty: %s", change)
-            except NotLeaderError:
-                return
-            except (FencingError, KazooException) as e:
-                log.info("code duty pass failed: %s", e)
+        run_duty(
+            "code duty",
+            self._writer.token,
+            self.run_once,
+            interval=self._interval,
+            log=log,
+            first_pass_at_once=False,
+            change_level=logging.WARNING,
+        )

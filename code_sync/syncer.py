@@ -30,6 +30,7 @@ from cluster.api import records
 from cluster.paths import Paths
 from cluster.reads import Holders, live_replicas, read_holders_of
 from cluster.recordcache import RecordCache
+from cluster.threads import guarded
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
@@ -97,7 +98,11 @@ class CodeSyncer:
         self._force_guard = threading.Lock()
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="code-sync", daemon=True)
+        self._thread = threading.Thread(
+            target=guarded("code-sync", self._run, stopping=self._stop.is_set),
+            name="code-sync",
+            daemon=True,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 

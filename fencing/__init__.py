@@ -7,8 +7,10 @@ commit markers, and the lease that bounds how long a leader trusts its lock. It 
 ``cluster`` only.
 """
 
+from fencing.duty import run_duty
 from fencing.errors import (
     FencingError,
+    LeaseLapsedError,
     MembershipError,
     NotLeaderError,
     VersionConflictError,
@@ -28,6 +30,7 @@ __all__ = [
     "FencedWriter",
     "FencingError",
     "LeadershipToken",
+    "LeaseLapsedError",
     "Membership",
     "MembershipError",
     "NotLeaderError",
@@ -37,5 +40,6 @@ __all__ = [
     "WriteConflictError",
     "WriteOutcomeUnknown",
     "ensure_folders",
+    "run_duty",
     "stamp_epoch",
 ]

@@ -24,6 +24,14 @@ class NotLeaderError(FencingError):
         self.leader = leader
 
 
+class LeaseLapsedError(NotLeaderError):
+    """The lease ran out while the token lives (a pause, a slow link): nothing was written.
+
+    Not the end of the term: the next heartbeat may renew the lease, or the connection
+    listener cancels the token. Leader work pauses until one of the two happens.
+    """
+
+
 class WriteConflictError(FencingError):
     """The leader's check passed but a target operation failed: nothing was written.
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from cluster.threads import guarded
+
 Clock = Callable[[], float]
 
 
@@ -72,7 +74,11 @@ class Heartbeat:
         self._interval = interval
         self._clock = clock
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zk-heartbeat", daemon=True)
+        self._thread = threading.Thread(
+            target=guarded("zk-heartbeat", self._run, stopping=self._stop.is_set),
+            name="zk-heartbeat",
+            daemon=True,
+        )
 
     def start(self) -> None:
         self._thread.start()

@@ -17,6 +17,7 @@ from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from fencing import txn
 from fencing.errors import (
+    LeaseLapsedError,
     NotLeaderError,
     VersionConflictError,
     WriteConflictError,
@@ -190,7 +191,7 @@ class FencedWriter:
     def _refuse_if_cancelled(self) -> None:
         if self._lease_valid is not None and not self._lease_valid():
             # Woken from a pause: do not act on stale belief before kazoo notices.
-            raise NotLeaderError(
+            raise LeaseLapsedError(
                 "leader lease expired: no recent word from ZooKeeper; nothing was written",
                 leader=self._hint(),
             )

@@ -287,7 +287,11 @@ class Elector:
                 leader_hint=self._leader_hint,
                 lease_valid=self.lease.valid,
             )
-            if not resumed:
+            if resumed:
+                # The lease lapsed with the connection: renew it before handing out the
+                # writer, or the first writes of the resumed term would be refused.
+                self._heartbeat.beat()
+            else:
                 try:
                     prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
                 except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:

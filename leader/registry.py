@@ -17,6 +17,7 @@ from kazoo.exceptions import KazooException
 from cluster import __version__
 from cluster.api import records
 from cluster.paths import Paths
+from cluster.threads import guarded
 from fencing import FencingError, Membership
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,11 @@ class Registry:
         self._epoch = 0
         self._dirty = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="registry", daemon=True)
+        self._thread = threading.Thread(
+            target=guarded("registry", self._run, stopping=self._stop.is_set),
+            name="registry",
+            daemon=True,
+        )
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)

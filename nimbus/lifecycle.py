@@ -18,7 +18,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from cluster.api import pb, records
 from cluster.apierror import ApiError
@@ -28,12 +28,12 @@ from cluster.reads import read_storms
 from fencing import (
     Delete,
     FencedWriter,
-    FencingError,
     NotLeaderError,
     Op,
     SetData,
     VersionConflictError,
     WriteConflictError,
+    run_duty,
     stamp_epoch,
 )
 from nimbus.requests import recall, remember
@@ -294,12 +294,11 @@ class LifecycleDuty:
             self._writer.batch(stale[i : i + 200])
 
     def _run(self) -> None:
-        token = self._writer.token
-        while not token.wait(self._interval):
-            try:
-                for change in self.run_once():
-                    log.info("lifecycle: %s", change)
-            except NotLeaderError:
-                return
-            except (FencingError, KazooException) as e:
-                log.info("lifecycle pass failed: %s", e)
+        run_duty(
+            "lifecycle",
+            self._writer.token,
+            self.run_once,
+            interval=self._interval,
+            log=log,
+            first_pass_at_once=False,
+        )

@@ -19,14 +19,14 @@ from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from cluster.api import records
 from cluster.errors import NimbusError
 from cluster.paths import Paths, parse_worker_name, worker_name
 from cluster.reads import read_storms, storm_readable
-from fencing import FencedWriter, FencingError, NotLeaderError, WriteConflictError
+from fencing import FencedWriter, WriteConflictError, run_duty
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,6 @@ class SchedulerDuty:
 
     def start(self) -> None:
         token = self._writer.token
-        token.on_cancel(lambda _reason: self._wake.set())
         folders = [self._paths.supervisors]
         if self._subscribe_storms is None:
             folders.append(self._paths.storms)
@@ -566,13 +565,6 @@ class SchedulerDuty:
 
     def _run(self) -> None:
         token = self._writer.token
-        while not token.cancelled:
-            self._wake.clear()
-            try:
-                for change in self.run_once():
-                    log.info("scheduler: %s", change)
-            except NotLeaderError:
-                return
-            except (FencingError, KazooException) as e:
-                log.info("scheduler pass failed, next pass in %.1fs: %s", self._interval, e)
-            self._wake.wait(self._interval)
+        run_duty(
+            "scheduler", token, self.run_once, interval=self._interval, log=log, wake=self._wake
+        )

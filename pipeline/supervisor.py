@@ -63,6 +63,7 @@ from cluster.factory import make_kazoo_client
 from cluster.paths import Paths, parse_worker_name, valid_root, worker_name
 from cluster.reads import read_holders_of
 from cluster.security.zkauth import ZkAuth
+from cluster.threads import guarded
 from code_sync.errors import PackageRejected, StoreError
 from code_sync.package import MAX_ACCEPTED_PACKAGE_BYTES
 from code_sync.peer import fetch_from_peer
@@ -213,7 +214,11 @@ class Supervisor:
         self._rescan = True
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
+        self._thread = threading.Thread(
+            target=guarded("supervisor", self._run, stopping=self._stop.is_set),
+            name="supervisor",
+            daemon=True,
+        )
         # Worker processes. ``_workers_lock`` makes heartbeat ownership exact: a slot's beat
         # is written by the supervisor only while no process of it lives, checked and
         # written under the lock that starting and reaping a worker also take.
@@ -221,7 +226,11 @@ class Supervisor:
         self._restarts = 0  # workers that exited unasked and were scheduled again (metrics)
         self._workers_lock = threading.Lock()
         self._manage_wake = threading.Event()
-        self._manager = threading.Thread(target=self._manage, name="workers", daemon=True)
+        self._manager = threading.Thread(
+            target=guarded("workers", self._manage, stopping=self._stop.is_set),
+            name="workers",
+            daemon=True,
+        )
         self._state = Path(config.state_dir)
         self._store: CodeStore | None = None
 

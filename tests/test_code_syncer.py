@@ -121,7 +121,7 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
         view = _StaleView({"wc-1-1": active})
         store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
         syncer = CodeSyncer(
-            zk_client, ROOT, "leader:1", store, view,  # type: ignore[arg-type]
+            zk_client, Paths(ROOT), "leader:1", store, view,  # type: ignore[arg-type]
             interval=1.0, gc_grace=600.0, code_wait=0.0,
         )  # fmt: skip
         duty = CodeMissingDuty(zk_client, Paths(ROOT), "leader:1", syncer, writer, interval=1.0)

@@ -28,6 +28,7 @@ from fencing import (
     MembershipError,
     ensure_folders,
 )
+from fencing.lease import Lease
 from fencing.office import take_office
 from nimbus.scheduler import (
     Demand,
@@ -608,3 +609,34 @@ def test_a_topology_missing_from_a_stale_view_keeps_its_assignment_and_slots(
         "new: [a-2] -> [a-2, a-0]",
         "wc: assignment removed (no longer in /storms)",
     ]
+
+
+def test_a_lapsed_lease_pauses_the_scheduler_and_the_next_renewal_resumes_it(
+    zk_client: KazooClient,
+) -> None:
+    """The lease lapses while the token lives (a pause shorter than the session, a slow
+    link): the duty must wait for the next renewal, not quit for the rest of the term."""
+    now = [100.0]
+    lease = Lease(1.0, clock=lambda: now[0])
+    lease.renew(now[0])
+    asked: list[bool] = []
+
+    def lease_valid() -> bool:
+        asked.append(lease.valid())
+        return asked[-1]
+
+    _, plain = lead(zk_client, "leader:1")
+    writer = FencedWriter(zk_client, plain.token, timeout=5, lease_valid=lease_valid)
+    zk_client.create(PATHS.supervisor("a"), sup("a").SerializeToString(), ephemeral=True)
+    add_topology(plain, "wc", 1)
+    now[0] += 5.0  # lapsed: the token is alive
+    duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.05, heartbeat_timeout=30.0)
+    duty.start()
+    try:
+        wait_until(lambda: asked.count(False) >= 2, timeout=20, message="passes meeting the lapse")
+        assert read_assignment(zk_client, "wc") is None, "nothing written under a lapsed lease"
+        lease.renew(now[0])  # the next heartbeat
+        wait_until(lambda: read_assignment(zk_client, "wc"), timeout=20, message="an assignment")
+    finally:
+        writer.token.cancel(CancelReason.SHUTDOWN)
+        duty.join(5)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.security import make_digest_acl
 
 from cluster.errors import NimbusError
@@ -30,10 +30,9 @@ from fencing import (
     Create,
     Delete,
     FencedWriter,
-    FencingError,
-    NotLeaderError,
     WriteConflictError,
     ensure_folders,
+    run_duty,
 )
 
 log = logging.getLogger(__name__)
@@ -144,14 +143,6 @@ class CredentialsDuty:
         return changes
 
     def _run(self) -> None:
-        token = self._writer.token
-        while True:
-            try:
-                for change in self.run_once():
-                    log.info("credentials duty: %s", change)
-            except NotLeaderError:
-                return
-            except (FencingError, KazooException) as e:
-                log.info("credentials duty pass failed: %s", e)
-            if token.wait(self._interval):
-                return
+        run_duty(
+            "credentials duty", self._writer.token, self.run_once, interval=self._interval, log=log
+        )

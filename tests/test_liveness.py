@@ -1,0 +1,99 @@
+"""Liveness: the cluster always comes back to one working leader.
+
+Each test here plants a fault that once left the cluster with no leader, or with a
+leader that did no work, and checks what a user would see.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from cluster.threads import guarded
+from nimbus.client import NimbusClient
+from tests.cluster import Replica, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
+from tests.waiting import wait_until
+
+T = 2.0  # the replicas' session timeout (tests.cluster.Replica's default)
+
+
+def test_a_guarded_loop_survives_surprises_and_ends_when_told() -> None:
+    calls: list[int] = []
+    slept: list[float] = []
+
+    def body() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError(40, "Too many levels of symbolic links")
+
+    guarded("test", body, stopping=lambda: False, backoff=0.5, sleep=slept.append)()
+    assert len(calls) == 3 and slept == [0.5, 0.5]
+
+    stop = [False]
+
+    def failing() -> None:
+        stop[0] = True  # told to stop while failing: no restart
+        raise RuntimeError("late")
+
+    guarded("test", failing, stopping=lambda: stop[0], sleep=slept.append)()
+    assert slept == [0.5, 0.5]
+
+
+def test_a_gate_that_cannot_read_its_store_does_not_keep_the_cluster_leaderless(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """A follower's package file becomes a symlink loop (``stat`` fails with ELOOP). The
+    follower wins the lock when the leader dies, and its code gate raises: it must leave
+    the queue, so the restarted leader (which holds the code) leads again."""
+    a = spawn(extra=sync_flags(replicas=2))
+    wait_for_agreed_leader([a], timeout=40)
+    b = spawn(extra=sync_flags(replicas=2))
+    wait_for_agreed_leader([a, b], timeout=40)
+    path, digest = package(tmp_path, "loop")
+    with NimbusClient([a.address, b.address]) as client:
+        submit(client, path, "loop", digest)
+    wait_until(lambda: holds(b, digest), timeout=30, message="the follower's copy")
+    broken = b.code_dir / digest
+    broken.unlink()
+    broken.symlink_to(broken.name)  # a link to itself: every stat fails with ELOOP
+    a.stop(signal.SIGKILL)
+    wait_until(
+        lambda: "elector error" in b.log_path.read_text(errors="replace"),
+        timeout=10 * T,
+        message="the follower's gate to fail after winning",
+    )
+    restarted = Replica(a.zookeeper, a.root, tmp_path, port=a.port, code_dir=a.code_dir)
+    restarted.extra = a.extra
+    restarted.start()
+    try:
+        leader = wait_for_agreed_leader([restarted, b], timeout=30)
+        assert leader.replica_id == restarted.address
+        assert b.health() == "SERVING", "the follower's elector still runs"
+    finally:
+        restarted.stop(signal.SIGKILL)
+
+
+@pytest.mark.parametrize("grace", [3.0])
+def test_sigterm_exits_within_the_grace_period_while_zookeeper_is_unreachable(
+    spawn: Spawn, zk_hosts: str, grace: float
+) -> None:
+    from devtools.faultproxy import FaultProxy
+
+    first = zk_hosts.split(",")[0].split("/")[0]
+    chroot = zk_hosts[len(zk_hosts.split("/")[0]) :]
+    host, port = first.rsplit(":", 1)
+    with FaultProxy(host, int(port)) as proxy:
+        replica = spawn(
+            extra=(*sync_flags(replicas=1, min_replicas=1), "--shutdown-grace", str(grace)),
+            zookeeper=f"{proxy.address}{chroot}",
+        )
+        wait_for_agreed_leader([replica], timeout=40)
+        proxy.blackhole()
+        wait_until(lambda: replica.health() != "SERVING", timeout=10 * T, message="the cut")
+        assert replica.proc is not None
+        replica.proc.send_signal(signal.SIGTERM)
+        code = replica.proc.wait(timeout=grace + 5)
+    assert code == 0
