@@ -38,6 +38,10 @@ from fencing import FencingError, Membership
 
 log = logging.getLogger(__name__)
 
+#: How long a holder we could not connect to is not counted as able to serve its code.
+UNREACHABLE_HOLD = 30.0
+_NO_CONNECTION = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
 Fetch = Callable[[str, str], Iterator[bytes]]
 
 
@@ -91,6 +95,9 @@ class CodeSyncer:
         self._unreferenced_since: dict[str, float] = {}
         self._orphan_since: dict[str, float] = {}
         self._holderless_since: dict[str, float] = {}
+        # Holders whose download failed for want of a connection, with when: a live
+        # session in /nimbuses proves a holder reaches ZooKeeper, not that we reach it.
+        self._unreachable: dict[str, float] = {}
         self._lag = 0
         self.last_report: SyncReport | None = None  # the latest pass (observability, tests)
         self._wake = threading.Event()
@@ -173,7 +180,7 @@ class CodeSyncer:
             if live is None:
                 live = live_replicas(self._client, self._paths)
             holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
-            if any(r in live for r in holders):
+            if any(r in live and self.reachable(r, now) for r in holders):
                 self._holderless_since.pop(topology_id, None)
                 blocking.append(topology_id)
                 continue
@@ -197,6 +204,13 @@ class CodeSyncer:
             return records.StormBase.FromString(data).digest
         except DecodeError:
             return ""
+
+    def reachable(self, holder: str, now: float) -> bool:
+        """False while our last download from ``holder`` failed to connect, within
+        ``UNREACHABLE_HOLD`` seconds: such a holder does not make a topology block the
+        gate, so ``code_wait`` runs and the cluster can still elect."""
+        since = self._unreachable.get(holder)
+        return since is None or now - since >= UNREACHABLE_HOLD
 
     def has_all_code(self) -> bool:
         return not self.missing()
@@ -340,6 +354,12 @@ class CodeSyncer:
         except (FencingError, KazooException) as e:
             log.info("could not drop code-distributor node of %s: %s", topology_id, e)
 
+    def _mark_unreachable(self, holder: str) -> None:
+        now = self._clock()
+        self._unreachable[holder] = now
+        for stale in [h for h, t in self._unreachable.items() if now - t > 10 * UNREACHABLE_HOLD]:
+            del self._unreachable[stale]  # bounded: old marks are forgotten
+
     def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
         """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
         if not holders:
@@ -355,10 +375,15 @@ class CodeSyncer:
                         self._fetch(holder, digest), expected_digest=digest, validate=False
                     )
                     log.info("fetched %s (%s) from %s", topology_id, digest[:12], holder)
+                    self._unreachable.pop(holder, None)
                     return
                 except StoreError:
                     raise  # local disk trouble: no other holder helps now
-                except (PackageRejected, CodeSyncError, grpc.RpcError, OSError) as e:
+                except grpc.RpcError as e:
+                    if e.code() in _NO_CONNECTION:
+                        self._mark_unreachable(holder)
+                    last.append(f"{holder}: {e}")
+                except (PackageRejected, CodeSyncError, OSError) as e:
                     last.append(f"{holder}: {e}")
             raise CodeSyncError("; ".join(last[-len(holders) :]))
 

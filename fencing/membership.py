@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from fencing import txn
 from fencing.errors import MembershipError, WriteConflictError, WriteOutcomeUnknown
@@ -262,8 +262,14 @@ class Membership:
             raise txn.conflict_for(ops[index], error) from error
 
     def _session_id(self) -> int:
+        """This client's session. kazoo reports none while disconnected: that is not
+        "no node is ours" but "cannot tell yet", so it raises ``ConnectionLoss`` and the
+        caller tries again once connected (a silent -1 would drop nothing, and a contender
+        would then wait on its own leftover lock node)."""
         client_id = self._client.client_id
-        return int(client_id[0]) if client_id else -1
+        if not client_id:
+            raise ConnectionLoss("no session while disconnected")
+        return int(client_id[0])
 
     def _require_own(self, path: str) -> None:
         if not self.owns(path):

@@ -9,6 +9,7 @@ no ZooKeeper read per call.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from cluster.api import records
 from cluster.paths import Paths
+from cluster.threads import guarded
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,18 @@ class LeaderCache:
         self._nimbuses: dict[str, records.NimbusSummary] = {}
         self._watched_nimbuses: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
+        # A DataWatch reads its node at once, retrying without bound while disconnected:
+        # made on kazoo's callback thread it would stall every other watch. A worker
+        # thread makes them instead.
+        self._to_watch: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._watcher = threading.Thread(
+            target=guarded("replica-watches", self._make_watches, stopping=lambda: False),
+            name="replica-watches",
+            daemon=True,
+        )
 
     def start(self) -> None:
+        self._watcher.start()
         DataWatch(self._client, self._paths.leader_epoch, self._on_epoch)
         ChildrenWatch(self._client, self._paths.leader_lock, self._on_lock_children)
         ChildrenWatch(self._client, self._paths.nimbuses, self._on_nimbus_children)
@@ -123,8 +135,16 @@ class LeaderCache:
             new = set(children) - self._watched_nimbuses
             self._watched_nimbuses |= new
         for name in new:
-            self._watch_nimbus(name)
+            self._to_watch.put(name)
         self._notify()
+
+    def _make_watches(self) -> None:
+        while True:
+            name = self._to_watch.get()
+            with self._guard:
+                if name not in self._watched_nimbuses:
+                    continue  # left before we got to it
+            self._watch_nimbus(name)
 
     def _watch_nimbus(self, name: str) -> None:
         def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:

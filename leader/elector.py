@@ -110,6 +110,7 @@ class Elector:
         self.history: list[str] = []
         self._history_changed = threading.Condition()
         self._running = True
+        self._session: int | None = None  # captured on CONNECTED (see ``_on_state``)
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
 
     # -- public -------------------------------------------------------------------------
@@ -117,7 +118,7 @@ class Elector:
     def start(self) -> None:
         self._client.add_listener(self._on_state)
         if self._client.state == KazooState.CONNECTED:
-            self._connected.set()
+            self._on_state(KazooState.CONNECTED)
         self._heartbeat.start()
         self._thread.start()
 
@@ -345,6 +346,11 @@ class Elector:
     def _on_state(self, state: str) -> None:
         """kazoo's listener thread: must not block. Connection trouble ends the term."""
         if state == KazooState.CONNECTED:
+            # Read here, once per connection: kazoo's client_id is None while
+            # disconnected, which must never read as "the session changed".
+            client_id = self._client.client_id
+            if client_id:
+                self._session = int(client_id[0])
             self._connected.set()
             return
         self._connected.clear()
@@ -400,18 +406,24 @@ class Elector:
         return False
 
     def _session_id(self) -> int | None:
-        client_id = self._client.client_id
-        return int(client_id[0]) if client_id else None
+        """The session of the current (or, while disconnected, the last) connection."""
+        return self._session
 
     def _release(self, lock: Lock | None) -> None:
         """Leave the queue; also drops a lock whose node is already gone (kazoo would
         keep believing it holds it)."""
         if lock is None:
             return
-        try:
-            lock.release()
-        except KazooException as e:
-            log.warning("could not release lock node: %s", e)
+        if self._client.state != KazooState.CONNECTED:
+            # kazoo would hold the delete until the link is back (SIGTERM would hang);
+            # the session's end removes the node, and a later cycle drops it if the
+            # session survives (``drop_session_nodes``).
+            log.info("not connected: leaving lock node %s to the session", lock.node)
+        else:
+            try:
+                lock.release()
+            except KazooException as e:
+                log.warning("could not release lock node: %s", e)
         lock.is_acquired = False
         with self._lock_guard:
             if self._lock is lock:

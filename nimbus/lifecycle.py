@@ -38,8 +38,11 @@ from fencing import (
 )
 from nimbus.requests import recall, remember
 from nimbus.scheduler import rebalance_done
+from nimbus.sweeper import sweep
 
 log = logging.getLogger(__name__)
+#: Lifecycle passes between two sweeps for orphan per-topology trees (one on taking office).
+SWEEP_EVERY = 60
 
 CurrentWriter = Callable[[], FencedWriter | None]
 Change = Callable[[records.StormBase], None]
@@ -214,6 +217,7 @@ class LifecycleDuty:
         self._writer = writer
         self._interval = interval
         self._wall_ms = wall_ms
+        self._passes = 0
         self._thread = threading.Thread(target=self._run, name="lifecycle", daemon=True)
 
     def start(self) -> None:
@@ -234,6 +238,9 @@ class LifecycleDuty:
                 self._finish_rebalance(topology_id)
                 changes.append(f"{topology_id}: rebalanced")
         self._prune_requests()
+        if self._passes % SWEEP_EVERY == 0:
+            changes += sweep(self._client, self._paths, self._writer)
+        self._passes += 1
         return changes
 
     def _remove(self, topology_id: str, base: records.StormBase) -> None:
@@ -251,6 +258,8 @@ class LifecycleDuty:
             self._paths.workerbeats_of(topology_id),
             self._paths.errors_of(topology_id),
             self._paths.code_holders(topology_id),
+            self._paths.claims_of(topology_id),
+            self._paths.commits_of(topology_id),
         ):
             try:
                 self._writer.delete_recursive(tree)

@@ -169,3 +169,35 @@ def test_a_deactivated_topology_whose_code_comes_back_stays_deactivated(
         wait_until(lambda: status() == records.INACTIVE, timeout=10, message="INACTIVE again")
     finally:
         lock.release()
+
+
+def test_a_live_holder_we_cannot_download_from_does_not_block_the_gate_past_code_wait(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """A holder's session in ``/nimbuses`` proves it reaches ZooKeeper, not that its code
+    can be downloaded (gRPC between the replicas cut): once a download from it fails to
+    connect, ``code_wait`` runs, so the cluster can still elect."""
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+    holder = "127.0.0.1:1"  # a live session, but nothing listens at its address
+    zk_client.create(PATHS.nimbus(holder), b"", ephemeral=True)
+    digest = "ab" * 32
+    base = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
+    zk_client.create(PATHS.storm("wc-1-1"), base.SerializeToString())
+    zk_client.create(PATHS.code_holder("wc-1-1", holder), digest.encode(), makepath=True)
+    storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+    storms.start()
+    storms.wait_loaded(10)
+    now = [0.0]
+    store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+    syncer = CodeSyncer(
+        zk_client, PATHS, "me:1", store, storms,
+        interval=1.0, gc_grace=600.0, code_wait=5.0, clock=lambda: now[0],
+    )  # fmt: skip
+    assert syncer.missing() == ["wc-1-1"], "a live holder: worth waiting for"
+    report = syncer.sync_once()
+    assert report.failed, "the download cannot connect"
+    assert syncer.missing() == ["wc-1-1"], "code_wait starts now"
+    now[0] += 6.0
+    assert syncer.missing() == []
+    assert syncer.code_abandoned("wc-1-1")

@@ -1,0 +1,157 @@
+"""What a user of the ``nimbus`` CLI sees while the kernel partitions, freezes and kills the
+leader: client-perceived unavailability next to the server-side failover, and failed calls.
+
+Starts its own ZooKeeper and three ``nimbus serve`` replicas, each in its own network
+namespace (``devtools.netns``; needs root and iptables), runs two workers of CLI processes
+with default settings (submit, list, kill, over and over; every replica a seed), and
+injects each fault of the matrix on the leader ``--trials`` times:
+
+* **failover**: the fault to the first fenced write of the leader in office after it
+  (ZooKeeper's ctime of the first ``/requests`` record of that epoch);
+* **unavailability**: the last acknowledged CLI change before the fault to the first after;
+* **failed**: CLI calls that ended in an error (the default deadline, 30 s, outlasts every
+  failover here); **lost/dup**: acknowledged changes missing or doubled in ZooKeeper.
+
+Run from the repo root as root: ``python bench/chaos_cli.py [--quick] [--trials N]``. The
+last line of stdout is one JSON object with the figures; ``--out`` also writes them, with a
+Markdown table, to ``bench/results/chaos-cli.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_REPO))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+from typing import Any  # noqa: E402
+
+from _common import machine_facts, percentile, print_table  # noqa: E402
+
+from devtools.netns import available  # noqa: E402
+from tests.chaos.cli_workload import CliWorkload  # noqa: E402
+from tests.chaos.kernel_cluster import KernelCluster  # noqa: E402
+from tests.chaos.kernel_faults import (  # noqa: E402
+    FAULTS,
+    Trial,
+    lost_or_duplicated,
+    measure,
+    run_trial,
+)
+from tests.replica_fixtures import package  # noqa: E402
+
+SESSION_TIMEOUT = 4.0
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 2) if values else None
+
+
+def summarize(trials: list[Trial]) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for fault in FAULTS:
+        mine = [t for t in trials if t.fault == fault]
+        if not mine:
+            continue
+        failover = [t.failover_s for t in mine if t.failover_s is not None]
+        unavailable = [t.unavailability_s for t in mine if t.unavailability_s is not None]
+        row = {
+            "trials": len(mine),
+            "failover_p50_s": _p(failover, 50),
+            "failover_p99_s": _p(failover, 99),
+            "unavailability_p50_s": _p(unavailable, 50),
+            "unavailability_p99_s": _p(unavailable, 99),
+            "failed_calls": sum(len(t.failed) for t in mine),
+            "new_leader": sum(1 for t in mine if t.epoch_after != t.epoch_before),
+        }
+        if row["failover_p99_s"] is not None and row["unavailability_p99_s"] is not None:
+            row["excess_p99_s"] = round(row["unavailability_p99_s"] - row["failover_p99_s"], 2)
+        rows[fault] = row
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one trial per fault")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    parser.add_argument("--out", action="store_true", help="write bench/results/chaos-cli.*")
+    args = parser.parse_args(argv)
+    why_not = available()
+    if why_not is not None:
+        print(f"kernel faults cannot be made here: {why_not}", file=sys.stderr)
+        return 2
+    trials_per_fault = 1 if args.quick else args.trials
+    faults = [f for f in args.faults.split(",") if f]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+    trials: list[Trial] = []
+    with tempfile.TemporaryDirectory(prefix="chaos-cli-") as work:
+        workdir = Path(work)
+        cluster = KernelCluster(workdir, session_timeout=SESSION_TIMEOUT)
+        try:
+            cluster.start()
+            path, _ = package(workdir, "bench")
+            workload = CliWorkload(cluster.seeds, path, workers=2, run_id=uuid.uuid4().hex[:6])
+            workload.start()
+            try:
+                for n in range(trials_per_fault):
+                    for fault in faults:
+                        trial = run_trial(cluster, workload, fault)
+                        trials.append(trial)
+                        print(f"trial {n + 1} {fault}: done", file=sys.stderr, flush=True)
+            finally:
+                workload.stop()
+            measure(cluster, workload, trials)
+            problems = lost_or_duplicated(cluster, workload)
+            calls = workload.snapshot()
+        finally:
+            cluster.stop()
+    rows = summarize(trials)
+    header = ["fault", "trials", "failover p50/p99 s", "unavail p50/p99 s", "excess p99", "failed"]
+    table = [
+        [
+            fault,
+            str(r["trials"]),
+            f"{r['failover_p50_s']} / {r['failover_p99_s']}",
+            f"{r['unavailability_p50_s']} / {r['unavailability_p99_s']}",
+            str(r.get("excess_p99_s")),
+            str(r["failed_calls"]),
+        ]
+        for fault, r in rows.items()
+    ]
+    print_table(header, table)
+    figures = {
+        "session_timeout_s": SESSION_TIMEOUT,
+        "faults": rows,
+        "calls": len(calls),
+        "failed_calls": sum(r["failed_calls"] for r in rows.values()),
+        "lost_or_duplicated": problems,
+        "failed_examples": [
+            f"{c.op.value} {c.name}: {c.stderr[-200:]}" for t in trials for c in t.failed
+        ][:10],
+        "machine": asdict(machine_facts()),
+    }
+    if args.out:
+        results = _REPO / "bench" / "results"
+        (results / "chaos-cli.json").write_text(json.dumps(figures, indent=2) + "\n")
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        (results / "chaos-cli.md").write_text(
+            f"# CLI availability under kernel faults (T = {SESSION_TIMEOUT:g} s)\n\n"
+            + "\n".join(lines)
+            + f"\n\ncalls: {len(calls)}, lost or duplicated: {problems or 'none'}\n"
+        )
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

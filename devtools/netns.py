@@ -1,0 +1,136 @@
+"""Kernel-made network faults: one network namespace per replica, iptables inside it.
+
+Every replica runs in its own namespace, joined to a bridge in the root namespace by a
+veth pair; clients (the ``nimbus`` CLI) and ZooKeeper stay in the root namespace, which
+reaches the replicas through the bridge address. A fault is a set of iptables rules in the
+victim's namespace, so it is the kernel that drops packets: no proxy in the path resets or
+buffers anything, and a heal only removes the rules, leaving half-open connections to
+recover (or not) as they would in a real network.
+
+Needs root, ``ip`` (iproute2) and ``iptables``; ``available()`` says whether this machine can.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class NetnsError(RuntimeError):
+    """A namespace, link or rule could not be made or removed."""
+
+
+class Cut(enum.Enum):
+    """What a fault drops, seen from the victim replica."""
+
+    ZOOKEEPER_BOTH = "zookeeper both ways"
+    ZOOKEEPER_OUT = "replica to zookeeper"
+    ZOOKEEPER_IN = "zookeeper to replica"
+    ISOLATED = "everything"
+    CLIENTS = "clients to replica"
+
+
+def available() -> str | None:
+    """None when kernel faults can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    for tool in ("ip", "iptables"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install iproute2 iptables)"
+    return None
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    if done.returncode != 0:
+        raise NetnsError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One replica's namespace and address on the bridge."""
+
+    namespace: str
+    address: str
+
+    def prefix(self) -> list[str]:
+        """Prepend to a command to run it inside this namespace."""
+        return ["ip", "netns", "exec", self.namespace]
+
+    def iptables(self, *rule: str) -> None:
+        _run(*self.prefix(), "iptables", "-w", *rule)
+
+
+class KernelNet:
+    """A bridge and ``count`` namespaces: ``hosts[i]`` is replica ``i``'s.
+
+    ``gateway`` is the root namespace's address on the bridge: where clients come from,
+    and where a replica reaches ZooKeeper (through a forwarder listening there).
+    """
+
+    def __init__(self, count: int, *, subnet: str = "10.77.0") -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.bridge = f"nbr{tag}"
+        self.gateway = f"{subnet}.1"
+        self.hosts = [Host(f"nimbus-{tag}-{i}", f"{subnet}.{10 + i}") for i in range(count)]
+        self._veths = [f"nv{tag}{i}" for i in range(count)]
+
+    def __enter__(self) -> KernelNet:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def setup(self) -> None:
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        for host, veth in zip(self.hosts, self._veths, strict=True):
+            _run("ip", "netns", "add", host.namespace)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+                 "netns", host.namespace)  # fmt: skip
+            _run("ip", "link", "set", veth, "master", self.bridge)
+            _run("ip", "link", "set", veth, "up")
+            _run("ip", "-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            _run("ip", "-n", host.namespace, "link", "set", "eth0", "up")
+            _run("ip", "-n", host.namespace, "link", "set", "lo", "up")
+
+    def teardown(self) -> None:
+        for host, veth in zip(self.hosts, self._veths, strict=True):
+            subprocess.run(["ip", "link", "del", veth], capture_output=True, check=False)
+            subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+
+    # -- faults ------------------------------------------------------------------------
+
+    def cut(self, i: int, what: Cut, *, zookeeper_port: int, grpc_port: int = 0) -> None:
+        """Drop what ``what`` names in replica ``i``'s namespace until ``heal(i)``."""
+        host = self.hosts[i]
+        zk = ("-p", "tcp")
+        rules: list[Sequence[str]] = []
+        if what in (Cut.ZOOKEEPER_BOTH, Cut.ZOOKEEPER_OUT):
+            rules.append(("OUTPUT", "-d", self.gateway, *zk, "--dport", str(zookeeper_port)))
+        if what in (Cut.ZOOKEEPER_BOTH, Cut.ZOOKEEPER_IN):
+            rules.append(("INPUT", "-s", self.gateway, *zk, "--sport", str(zookeeper_port)))
+        if what is Cut.ISOLATED:
+            rules += [("INPUT", "-i", "eth0"), ("OUTPUT", "-o", "eth0")]
+        if what is Cut.CLIENTS:
+            if not grpc_port:
+                raise ValueError("cutting clients needs the replica's gRPC port")
+            rules.append(("INPUT", "-s", self.gateway, "-p", "tcp", "--dport", str(grpc_port)))
+        for rule in rules:
+            host.iptables("-A", *rule, "-j", "DROP")
+
+    def heal(self, i: int) -> None:
+        """Remove every rule in replica ``i``'s namespace (connections are left as they are)."""
+        self.hosts[i].iptables("-F")
+
+    def heal_all(self) -> None:
+        for i in range(len(self.hosts)):
+            self.heal(i)

@@ -1,0 +1,160 @@
+"""The fault matrix made by the kernel and signals, and what a CLI user saw through it.
+
+Each trial: wait for a healthy cluster and for the workload to be acknowledged, inject
+one fault on the leader, hold it, undo it (restarting a killed replica), and wait until
+the cluster is healthy and acknowledging again. Per trial the report gives:
+
+- **failover**: from the fault to the first fenced write of the leader in office after it
+  (the ctime of the first ``/requests`` record of its epoch, written by ZooKeeper itself);
+- **unavailability**: the longest stretch without an acknowledged CLI change, from the
+  last one before the fault to the first one after the fault was over (undone, and the
+  leader in office writing again), as the users saw it;
+- **failed calls**: CLI calls that ended in an error (their default deadline, 30 s,
+  outlasts every failover here).
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cluster.api import records
+from devtools.netns import Cut
+from tests.chaos.cli_workload import CliCall, CliWorkload
+from tests.chaos.kernel_cluster import ROOT, KernelCluster
+from tests.waiting import wait_until
+
+Inject = Callable[[KernelCluster, int, float], None]  # (cluster, leader index, T)
+
+
+@dataclass
+class Trial:
+    fault: str
+    leader: int
+    epoch_before: int
+    start: float = 0.0
+    healed: float = 0.0
+    epoch_after: int = 0
+    failover_s: float | None = None
+    unavailability_s: float | None = None
+    failed: list[CliCall] = field(default_factory=list)
+
+
+def _signal(signum: int) -> Inject:
+    def run(cluster: KernelCluster, leader: int, T: float) -> None:
+        cluster.kill(leader, signum)
+
+    return run
+
+
+def _pause(factor: float) -> Inject:
+    def run(cluster: KernelCluster, leader: int, T: float) -> None:
+        cluster.signal(leader, signal.SIGSTOP)
+        try:
+            time.sleep(factor * T)  # holding the fault is the fault
+        finally:
+            cluster.signal(leader, signal.SIGCONT)
+
+    return run
+
+
+def _cut(what: Cut, factor: float) -> Inject:
+    def run(cluster: KernelCluster, leader: int, T: float) -> None:
+        cluster.cut(leader, what)
+        try:
+            time.sleep(factor * T)  # holding the fault is the fault
+        finally:
+            cluster.heal(leader)
+
+    return run
+
+
+FAULTS: dict[str, Inject] = {
+    "sigkill": _signal(signal.SIGKILL),
+    "sigterm": _signal(signal.SIGTERM),
+    "sigstop-2T": _pause(2.0),
+    "zk-cut-both": _cut(Cut.ZOOKEEPER_BOTH, 3.0),
+    "zk-cut-out": _cut(Cut.ZOOKEEPER_OUT, 3.0),
+    "zk-cut-in": _cut(Cut.ZOOKEEPER_IN, 3.0),
+    "isolated": _cut(Cut.ISOLATED, 3.0),
+    "clients-cut": _cut(Cut.CLIENTS, 2.0),
+    "blip": _cut(Cut.ISOLATED, 0.25),
+}
+
+
+def _acks_after(workload: CliWorkload, t: float) -> int:
+    return sum(1 for c in workload.snapshot() if c.ok and c.op.mutating and c.end > t)
+
+
+def run_trial(cluster: KernelCluster, workload: CliWorkload, fault: str) -> Trial:
+    T = cluster.session_timeout
+    leader, epoch = cluster.wait_healthy(120)
+    settled = time.time()
+    wait_until(lambda: _acks_after(workload, settled) >= 2, timeout=120, message="acks before")
+    trial = Trial(fault, leader, epoch, start=time.time())
+    FAULTS[fault](cluster, leader, T)
+    trial.healed = time.time()
+    if not cluster.replicas[leader].alive():
+        cluster.spawn(leader)
+    trial.epoch_after = cluster.wait_healthy(120)[1]
+    wait_until(lambda: _acks_after(workload, trial.healed) >= 1, timeout=120, message="acks after")
+    return trial
+
+
+def first_write_of(cluster: KernelCluster, epoch: int, after: float) -> float | None:
+    """Wall time of the first ``/requests`` record of ``epoch`` created after ``after``."""
+    admin = cluster.admin()
+    folder = f"{ROOT}/requests"
+    first: float | None = None
+    for name in admin.get_children(folder):
+        data, stat = admin.get(f"{folder}/{name}")
+        created = stat.ctime / 1000.0
+        if created <= after or records.RequestOutcome.FromString(data).epoch != epoch:
+            continue
+        first = created if first is None else min(first, created)
+    return first
+
+
+def measure(cluster: KernelCluster, workload: CliWorkload, trials: list[Trial]) -> None:
+    """Fill in each trial's figures from the calls and ZooKeeper's own records."""
+    calls = workload.snapshot()
+    acks = sorted(c.end for c in calls if c.ok and c.op.mutating)
+    bounds = [t.start for t in trials[1:]] + [float("inf")]
+    for trial, next_start in zip(trials, bounds, strict=True):
+        write = first_write_of(cluster, trial.epoch_after, trial.start)
+        if write is not None:
+            trial.failover_s = write - trial.start
+        # The fault is over once undone and the leader in office writes again.
+        over = max(trial.healed, write or trial.healed)
+        first = next((i for i, end in enumerate(acks) if end >= over), None)
+        last = max((i for i, end in enumerate(acks) if end <= trial.start), default=None)
+        if first is not None and last is not None:
+            window = acks[last : first + 1]
+            trial.unavailability_s = max(b - a for a, b in itertools.pairwise(window))
+        trial.failed = [
+            c for c in calls if not c.ok and trial.start - 60 <= c.end < next_start and c.end
+        ]
+
+
+def lost_or_duplicated(cluster: KernelCluster, workload: CliWorkload) -> list[str]:
+    """Acknowledged changes missing from ZooKeeper, and names held by two records."""
+    admin = cluster.admin()
+    problems: list[str] = []
+    by_name: dict[str, list[records.StormBase]] = {}
+    for tid in admin.get_children(f"{ROOT}/storms"):
+        base = records.StormBase.FromString(admin.get(f"{ROOT}/storms/{tid}")[0])
+        by_name.setdefault(base.name, []).append(base)
+    for name, bases in by_name.items():
+        if len(bases) > 1:
+            problems.append(f"{name}: {len(bases)} records")
+    calls = workload.snapshot()
+    killed = {c.name for c in calls if c.ok and c.op.name == "KILL"}
+    for call in calls:
+        if call.ok and call.op.name == "SUBMIT" and call.name not in killed:
+            live = by_name.get(call.name, [])
+            if not any(b.status != records.KILLED for b in live):
+                problems.append(f"{call.name}: acknowledged submit not live")
+    return problems
