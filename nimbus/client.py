@@ -12,8 +12,10 @@ What a user of the CLI or of this library gets, with default settings:
   costs more than that. An answer with a lower epoch than one already seen is a lagging
   replica's memory and is ignored.
 - **A dead leader is noticed within about two seconds**: channels ping (gRPC keepalive,
-  ``cluster.factory``), and a leader that failed a call is not asked again until
-  discovery names it again after a short hold (or names a newer one).
+  ``cluster.factory``). While a leader that failed a call is still named by discovery,
+  the call goes to a follower that answered, asking it to forward (``nimbus.forward``):
+  a client cut from the leader alone still gets through, and a dead leader's successor
+  is found as soon as discovery names it.
 - **Exactly once**: a mutating call carries a client request id, the same on every
   retry (a submit's stream is re-sent whole), so the server returns the first outcome.
 - Errors name what happened and what the replicas answered.
@@ -36,9 +38,12 @@ from cluster.api import pb, rpc
 from cluster.errors import NimbusError
 from cluster.factory import make_channel
 from cluster.security.client import ClientSecurity
+from nimbus.forward import FORWARD_METADATA_KEY
 from nimbus.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
 
 T = TypeVar("T")
+Metadata = tuple[tuple[str, str], ...]
+_FORWARD: Metadata = ((FORWARD_METADATA_KEY, "1"),)
 
 MUTATE_DEADLINE_S = 30.0
 READ_DEADLINE_S = 10.0
@@ -137,6 +142,7 @@ class NimbusClient:
         self._guard = threading.Lock()
         self._leader: str | None = None
         self._suspect: _Suspect | None = None
+        self._relays: list[str] = []  # replicas that answered the last discovery
         self.max_epoch_seen = 0
         #: Every epoch a replica sent, as sent, in order: (responder, epoch). For checkers.
         self.epochs_received: list[tuple[str, int]] = []
@@ -186,12 +192,12 @@ class NimbusClient:
         deadline = max(self._mutate_deadline, wait_s + 10.0)
 
         def attempt(end: float) -> Any:
-            address = self._leader_address(end)
+            address, metadata = self._route(end)
             timeout = self._attempt_timeout(end)
             try:
-                return stub_method(self._stub(address))(request, timeout=timeout)
+                return stub_method(self._stub(address))(request, timeout=timeout, metadata=metadata)
             except grpc.RpcError as e:
-                raise self._leader_failed(address, e) from e
+                raise self._leader_failed(address, e, relayed=bool(metadata)) from e
 
         return self._retrying(deadline, attempt)
 
@@ -223,13 +229,13 @@ class NimbusClient:
                 yield pb.SubmitTopologyRequest(chunk=chunk)
 
         def attempt(end: float) -> pb.SubmitTopologyResponse:
-            address = self._leader_address(end)
+            address, metadata = self._route(end)
             try:
                 reply: pb.SubmitTopologyResponse = self._stub(address).SubmitTopology(
-                    requests(), timeout=max(0.1, end - self._clock())
+                    requests(), timeout=max(0.1, end - self._clock()), metadata=metadata
                 )
             except grpc.RpcError as e:
-                raise self._leader_failed(address, e) from e
+                raise self._leader_failed(address, e, relayed=bool(metadata)) from e
             self._received(address, reply.epoch)
             return reply
 
@@ -254,20 +260,36 @@ class NimbusClient:
 
     def _read(self, method: Callable[[rpc.NimbusStub], Any], request: Any) -> Any:
         def attempt(end: float) -> Any:
-            address = self._leader_address(end)
+            address, relayed = self._read_route(end)
             try:
                 return method(self._stub(address))(request, timeout=self._attempt_timeout(end))
             except grpc.RpcError as e:
-                raise self._leader_failed(address, e) from e
+                raise self._leader_failed(address, e, relayed=relayed) from e
 
         return self._retrying(self._read_deadline, attempt)
 
     # -- internals ----------------------------------------------------------------------
 
-    def _leader_address(self, end: float) -> str:
+    def _route(self, end: float) -> tuple[str, Metadata]:
+        """Where to send a leader-only call: the leader, or a follower asked to forward
+        while the leader discovery names is one that just failed us."""
         if self._leader is not None:
-            return self._leader
-        return self._find_leader(end).replica_id
+            return self._leader, ()
+        best = self._find_leader(end)
+        suspect = self._suspect
+        if (
+            suspect is not None
+            and best.replica_id == suspect.address
+            and best.epoch <= suspect.epoch
+            and self._clock() - suspect.since < SUSPECT_HOLD_S
+        ):
+            self._leader = None
+            relays = [r for r in self._relays if r != best.replica_id]
+            if not relays:
+                raise _Retry(f"the leader {best.replica_id} (epoch {best.epoch}) did not answer")
+            return random.choice(relays), _FORWARD
+        self._suspect = None
+        return best.replica_id, ()
 
     def _find_leader(self, end: float) -> pb.GetLeaderAddressResponse:
         replies = self._ask_all(
@@ -280,15 +302,7 @@ class NimbusClient:
             self._leader = None
             raise _Retry("no replica named a leader" if not replies else "only stale answers")
         best: pb.GetLeaderAddressResponse = max(current, key=lambda r: r.epoch)
-        suspect = self._suspect
-        if (
-            suspect is not None
-            and best.replica_id == suspect.address
-            and best.epoch <= suspect.epoch
-            and self._clock() - suspect.since < SUSPECT_HOLD_S
-        ):
-            self._leader = None
-            raise _Retry(f"the leader {best.replica_id} (epoch {best.epoch}) did not answer")
+        self._relays = [r.responder for r in replies if r.responder and r.epoch >= best.epoch]
         self.max_epoch_seen = max(self.max_epoch_seen, best.epoch)
         self._leader = best.replica_id
         return best
@@ -338,8 +352,16 @@ class NimbusClient:
             self.epochs_received.append((responder, epoch))
             del self.epochs_received[:-1000]
 
-    def _leader_failed(self, address: str, error: grpc.RpcError) -> Exception:
-        """What a failed leader call means: a redirect, a retry, or a final error."""
+    def _read_route(self, end: float) -> tuple[str, bool]:
+        """Reads are served by any replica: a follower while the leader is suspect."""
+        address, metadata = self._route(end)
+        return address, bool(metadata)
+
+    def _leader_failed(self, address: str, error: grpc.RpcError, *, relayed: bool) -> Exception:
+        """What a failed leader call means: a redirect, a retry, or a final error.
+
+        ``relayed``: ``address`` is a follower asked to forward (or to serve a read); its
+        failure says nothing against it being reachable, so it is not held off."""
         code = error.code()
         if code == grpc.StatusCode.FAILED_PRECONDITION:
             metadata = {str(m.key): str(m.value) for m in error.trailing_metadata() or ()}
@@ -355,7 +377,8 @@ class NimbusClient:
             return _Retry(f"{address} is not the leader ({error.details()})")
         if code in _RETRYABLE:
             self._leader = None
-            self._suspect = _Suspect(address, self.max_epoch_seen, self._clock())
+            if not relayed:
+                self._suspect = _Suspect(address, self.max_epoch_seen, self._clock())
             return _Retry(f"{address}: {_describe(error)}")
         return NimbusCallError(_describe(error), code)
 

@@ -31,6 +31,7 @@ from leader.elector import Elector, ElectorSettings
 from leader.health import NimbusHealth
 from leader.registry import Registry
 from nimbus.config import NimbusConfig, parse_address
+from nimbus.forward import Forwarder
 from nimbus.grpc_errors import ErrorInterceptor
 from nimbus.grpc_metrics import MetricsInterceptor
 from nimbus.lifecycle import Lifecycle, LifecycleDuty
@@ -141,7 +142,11 @@ class NimbusDaemon:
         )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
-                replica_id=config.replica_id, elector=self.elector, cache=self.cache, api=api
+                replica_id=config.replica_id,
+                elector=self.elector,
+                cache=self.cache,
+                api=api,
+                forwarder=Forwarder(config.replica_id, client_security.default),
             ),
             self.server,
         )

@@ -13,6 +13,7 @@ from cluster.apierror import ApiError
 from fencing import NotLeaderError
 from leader.discovery import LeaderCache
 from leader.elector import Elector
+from nimbus.forward import Call, Forwarder, wants_forwarding
 
 T = TypeVar("T")
 
@@ -56,11 +57,13 @@ class NimbusServicer(rpc.NimbusServicer):
         elector: Elector,
         cache: LeaderCache,
         api: TopologyApi | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._id = replica_id
         self._elector = elector
         self._cache = cache
         self._api = api
+        self._forwarder = forwarder
 
     # -- discovery (every replica) ------------------------------------------------------
 
@@ -123,35 +126,50 @@ class NimbusServicer(rpc.NimbusServicer):
     def SubmitTopology(
         self, request_iterator: Iterator[pb.SubmitTopologyRequest], context: grpc.ServicerContext
     ) -> pb.SubmitTopologyResponse:
-        self._require_leader(context)
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.SubmitTopology(request_iterator, timeout=t, metadata=m)
+            )
         api = self._require_api(context, "SubmitTopology")
         return self._call(context, lambda: api.submit(request_iterator))
 
     def KillTopology(
         self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._require_leader(context)
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.KillTopology(request, timeout=t, metadata=m)
+            )
         api = self._require_api(context, "KillTopology")
         return self._call(context, lambda: api.kill(request))
 
     def ActivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._require_leader(context)
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.ActivateTopology(request, timeout=t, metadata=m)
+            )
         api = self._require_api(context, "ActivateTopology")
         return self._call(context, lambda: api.activate(request))
 
     def DeactivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._require_leader(context)
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.DeactivateTopology(request, timeout=t, metadata=m)
+            )
         api = self._require_api(context, "DeactivateTopology")
         return self._call(context, lambda: api.deactivate(request))
 
     def RebalanceTopology(
         self, request: pb.RebalanceTopologyRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
-        self._require_leader(context)
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.RebalanceTopology(request, timeout=t, metadata=m)
+            )
         api = self._require_api(context, "RebalanceTopology")
         return self._call(context, lambda: api.rebalance(request))
 
@@ -222,9 +240,17 @@ class NimbusServicer(rpc.NimbusServicer):
             self._not_yet(context, name)
         return self._api
 
-    def _require_leader(self, context: grpc.ServicerContext) -> None:
-        if not self._elector.is_leader():
-            self._redirect(context)
+    def _elsewhere(self, context: grpc.ServicerContext, call: Call[T]) -> T:
+        """Not the leader: forward when asked to and a leader is known, else redirect."""
+        leader = self._cache.leader() if self._elector.lease.valid() else None
+        if (
+            self._forwarder is not None
+            and leader is not None
+            and leader.address != self._id
+            and wants_forwarding(context)
+        ):
+            return self._forwarder.forward(leader.address, context, call)
+        self._redirect(context)
 
     def _redirect(self, context: grpc.ServicerContext) -> NoReturn:
         leader = self._cache.leader() if self._elector.lease.valid() else None

@@ -246,3 +246,30 @@ def test_the_cli_names_what_it_tried_when_no_replica_answers(tmp_path: Path) -> 
     assert done.returncode == 1
     assert "no leader answered within 2s" in done.stderr
     assert "127.0.0.1:1" in done.stderr and "raise --timeout" in done.stderr
+
+
+def test_a_follower_forwards_a_leader_only_call_when_asked_and_never_twice(
+    three: list[Replica], tmp_path: Path
+) -> None:
+    """What lets a client cut from the leader alone still get through: a follower relays."""
+    seeds = seeds_of(three)
+    path, _ = package(tmp_path, "relay")
+    assert submit_cli(path, "relay", seeds).returncode == 0
+    leader = leader_of(three)
+    follower = next(r for r in three if r is not leader)
+    request = pb.TopologyNameRequest(name="relay", client_request_id="relay-1")
+    with pytest.raises(grpc.RpcError) as redirected:
+        follower.stub().DeactivateTopology(request, timeout=10)
+    assert redirected.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    looped = (("nimbus-forward", "1"), ("nimbus-forwarded-by", "elsewhere:1"))
+    with pytest.raises(grpc.RpcError) as not_again:
+        follower.stub().DeactivateTopology(request, timeout=10, metadata=looped)
+    assert not_again.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    reply = follower.stub().DeactivateTopology(
+        request, timeout=10, metadata=(("nimbus-forward", "1"),)
+    )
+    assert reply.status == records.INACTIVE
+    again = follower.stub().DeactivateTopology(
+        request, timeout=10, metadata=(("nimbus-forward", "1"),)
+    )
+    assert again.epoch == reply.epoch, "the same request id: the first outcome"

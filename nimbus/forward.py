@@ -1,0 +1,80 @@
+"""A follower forwards a leader-only call to the leader, when the client asks it to.
+
+Why: a client cut from the leader (a network policy, a partition between the client's
+zone and the leader's) still reaches the followers, and they still reach the leader.
+Instead of an outage for as long as that cut lasts, the client sends the call to a
+follower with ``nimbus-forward: 1`` and the follower relays it, request id and all, so a
+retry still lands exactly once.
+
+The caller's own ``authorization`` is relayed, never the follower's: the leader checks
+the user's token itself. A forwarded call carries ``nimbus-forwarded-by`` and is never
+forwarded again, so two replicas that each believe the other leads cannot loop a call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from cluster.api import rpc
+from cluster.factory import channel_options
+from cluster.security.client import ClientSecurity
+from cluster.security.tokens import METADATA_KEY as AUTHORIZATION
+
+T = TypeVar("T")
+
+FORWARD_METADATA_KEY = "nimbus-forward"
+FORWARDED_BY_METADATA_KEY = "nimbus-forwarded-by"
+#: A forwarded call's deadline when the client set none.
+DEFAULT_TIMEOUT_S = 30.0
+
+#: ``(stub, timeout, metadata) -> reply``: one call of the leader's stub.
+Call = Callable[[rpc.NimbusStub, float, tuple[tuple[str, str], ...]], T]
+
+
+def wants_forwarding(context: grpc.ServicerContext) -> bool:
+    metadata = dict(context.invocation_metadata() or ())
+    return metadata.get(FORWARD_METADATA_KEY) == "1" and FORWARDED_BY_METADATA_KEY not in metadata
+
+
+class Forwarder:
+    def __init__(self, replica_id: str, security: Callable[[], ClientSecurity]) -> None:
+        self._id = replica_id
+        self._security = security
+        self._channels: dict[str, grpc.Channel] = {}
+        self._guard = threading.Lock()
+
+    def forward(self, leader: str, context: grpc.ServicerContext, call: Call[T]) -> T:
+        """Send ``call`` to ``leader``; its status, details and trailers become ours."""
+        incoming = dict(context.invocation_metadata() or ())
+        metadata: list[tuple[str, str]] = [(FORWARDED_BY_METADATA_KEY, self._id)]
+        if AUTHORIZATION in incoming:
+            metadata.append((AUTHORIZATION, str(incoming[AUTHORIZATION])))
+        remaining = context.time_remaining()
+        timeout = DEFAULT_TIMEOUT_S if remaining is None else max(0.1, remaining)
+        try:
+            return call(rpc.NimbusStub(self._channel(leader)), timeout, tuple(metadata))
+        except grpc.RpcError as e:
+            trailers: Any = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+            if trailers:
+                context.set_trailing_metadata(tuple((m.key, m.value) for m in trailers))
+            context.abort(e.code(), f"forwarded by {self._id} to {leader}: {e.details()}")
+            raise AssertionError("unreachable: abort raises") from e
+
+    def close(self) -> None:
+        with self._guard:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def _channel(self, address: str) -> grpc.Channel:
+        with self._guard:
+            channel = self._channels.get(address)
+            if channel is None:
+                # TLS as a peer, but no token of our own: the caller's is relayed instead.
+                security = ClientSecurity(tls=self._security().tls)
+                channel = self._channels[address] = security.channel(address, channel_options())
+            return channel
