@@ -134,7 +134,7 @@ def plot(results: list[RunResult], path: Path) -> None:
                        color="orange", alpha=0.35, lw=0)  # fmt: skip
             ax.axvline(f.start, color="darkorange", lw=0.6)
         if h.leadership:
-            ts, rs, es = zip(*h.leadership, strict=True)
+            _, ts, rs, es = zip(*h.leadership, strict=True)
             ax.scatter(ts, rs, c=es, cmap="tab10", s=4, marker="s")
         ok = [c.end for c in h.calls if c.outcome == "ok" and c.kind != "leader"]
         bad = [c.end for c in h.calls if c.outcome != "ok"]
@@ -161,7 +161,10 @@ def load_result(path: Path) -> RunResult:
     history = History(t0=0.0)
     history.calls = [Call(**c) for c in saved["history"]["calls"]]
     history.faults = [Fault(**f) for f in saved["history"]["faults"]]
-    history.leadership = [(t, r, e) for t, r, e in saved["history"]["leadership"]]
+    history.leadership = [
+        (s[0], s[0], s[1], s[2]) if len(s) == 3 else (s[0], s[1], s[2], s[3])
+        for s in saved["history"]["leadership"]
+    ]
     return RunResult(
         saved["fault"], saved["session_timeout"], history, history.faults, saved["violations"]
     )

@@ -23,7 +23,7 @@ from fencing import (
     Create,
     Delete,
     FencedWriter,
-    ensure_folders,
+    Op,
     run_duty,
     stamp_epoch,
 )
@@ -123,20 +123,24 @@ class CodeMissingDuty:
 
     def _record_error(self, topology_id: str, message: str) -> None:
         folder = self._paths.component_errors(topology_id, COMPONENT)
-        ensure_folders(self._client, [folder])
+        # The folders too are made inside the fenced multi-op: leader-only state, all of it.
+        ops: list[Op] = [
+            Create(path)
+            for path in (self._paths.errors_of(topology_id), folder)
+            if self._client.exists(path) is None
+        ]
         error = records.ErrorInfo(
             component=COMPONENT, message=message, time_ms=int(time.time() * 1000), host=self._id
         )
         stamp_epoch(error, self._writer.token.epoch)
-        self._writer.batch(
-            [
-                Create(
-                    self._paths.component_error(topology_id, COMPONENT, "e"),
-                    error.SerializeToString(deterministic=True),
-                    sequence=True,
-                )
-            ]
+        ops.append(
+            Create(
+                self._paths.component_error(topology_id, COMPONENT, "e"),
+                error.SerializeToString(deterministic=True),
+                sequence=True,
+            )
         )
+        self._writer.batch(ops)
         old = sorted(self._client.get_children(folder))[:-ERRORS_KEPT]
         if old:  # keep the last ten, as Storm does; one multi-op
             self._writer.batch(

@@ -462,6 +462,13 @@ class ZooKeeperCluster:
         return f"127.0.0.1:{self._node(i).client_port}"
 
     @property
+    def classpath(self) -> str:
+        """The Java classpath the servers run with (ZooKeeper's tools run with it too)."""
+        if not self._classpath:
+            self._classpath = find_zookeeper_classpath(self._env)
+        return self._classpath
+
+    @property
     def data_dir(self) -> Path:
         if self._base_dir is None:
             raise ZooKeeperStartError("the cluster has not been started")

@@ -146,6 +146,8 @@ class NimbusClient:
         self.max_epoch_seen = 0
         #: Every epoch a replica sent, as sent, in order: (responder, epoch). For checkers.
         self.epochs_received: list[tuple[str, int]] = []
+        #: Every "I am the leader" answer, as sent: (responder, epoch). For checkers.
+        self.leader_claims: list[tuple[str, int]] = []
 
     def close(self) -> None:
         with self._guard:
@@ -297,6 +299,9 @@ class NimbusClient:
         )
         for reply in replies:
             self._received(reply.responder, reply.epoch)
+            if reply.responder_is_leader:
+                self.leader_claims.append((reply.responder, int(reply.epoch)))
+                del self.leader_claims[:-1000]
         current = [r for r in replies if r.epoch >= self.max_epoch_seen]
         if not current:
             self._leader = None

@@ -21,9 +21,18 @@ def scrape(port: int, host: str = "127.0.0.1") -> tuple[str, Samples]:
     return text, samples
 
 
+class MissingMetric(AssertionError):
+    """The exposition has no such sample: a renamed metric must fail the test, not read 0."""
+
+
 def value(samples: Samples, name: str, **labels: str) -> float:
-    """One sample's value; 0 when absent (as a counter that never moved)."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    """One sample's value; a missing sample fails (every metric here is exported from the
+    start, counters included, so absence means a rename or a lost registration)."""
+    key = (name, frozenset(labels.items()))
+    if key not in samples:
+        near = sorted({n for n, _ in samples if n.split("_")[:2] == name.split("_")[:2]})
+        raise MissingMetric(f"no sample {name}{dict(labels) or ''}; similar: {near[:8]}")
+    return samples[key]
 
 
 def metric(port: int, name: str, **labels: str) -> float:

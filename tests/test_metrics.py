@@ -131,3 +131,12 @@ def test_a_taken_metrics_port_stops_serve_with_a_message(zk_hosts: str, tmp_path
         )  # fmt: skip
     assert done.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
+
+
+def test_an_absent_metric_fails_instead_of_reading_zero() -> None:
+    from tests.scrape import MissingMetric, Samples
+
+    samples: Samples = {("nimbus_is_leader", frozenset()): 1.0}
+    assert value(samples, "nimbus_is_leader") == 1.0
+    with pytest.raises(MissingMetric, match="nimbus_is_leadr"):
+        value(samples, "nimbus_is_leadr")  # a rename: == 0 asserts would have passed

@@ -114,9 +114,25 @@ def s2_reflected(state: ZkState, history: History) -> list[str]:
     return found
 
 
-def s3_code(state: ZkState, copies: Copies, min_replicas: int) -> list[str]:
-    """S3: every live topology has a verified package on at least ``min_replicas`` replicas."""
+def s3_code(
+    state: ZkState, copies: Copies, min_replicas: int, history: History | None = None
+) -> list[str]:
+    """S3: a submit is acknowledged only once ``min_replicas`` replicas hold its code,
+    read right after the acknowledgement (ZooKeeper's holder nodes, and verified copies
+    in the replicas' stores); and every live topology keeps that many verified copies.
+
+    Only the first half can catch a leader that acknowledged too early: by the end of a
+    run the replicas have long caught up.
+    """
     found: list[str] = []
+    for call in history.ok_writes() if history is not None else []:
+        if call.kind != "submit":
+            continue
+        if len(call.holders_at_ack) < min_replicas or len(call.copies_at_ack) < min_replicas:
+            found.append(
+                f"submit {call.name}: acknowledged with holders {call.holders_at_ack} and "
+                f"verified copies on {call.copies_at_ack}, fewer than {min_replicas}"
+            )
     for tid, stored in sorted(state.storms.items()):
         base = stored.record
         if base is None or base.status == records.KILLED:
@@ -130,23 +146,55 @@ def s3_code(state: ZkState, copies: Copies, min_replicas: int) -> list[str]:
     return found
 
 
+#: How far apart two leadership answers may be and still overlap: the sampler's own
+#: round trip is inside its (sent, received) window, so this only absorbs clock reads.
+SPLIT_BRAIN_SLACK_S = 0.05
+
+
 def s4_epochs(history: History) -> list[str]:
-    """S4: no client ever reports a lower epoch than one it reported before."""
+    """S4: epochs as the replicas sent them, never the client's filtered view.
+
+    - per client, the epoch of each acknowledged change never goes below one an earlier
+      change of that client was acknowledged with;
+    - two replicas never claim the same epoch (discovery answers and the sampler's);
+    - never two replicas answering as leader at once: a replica claiming an older epoch
+      after another's newer claim was received (beyond ``SPLIT_BRAIN_SLACK_S``).
+    """
     found: list[str] = []
-    by_worker: dict[int, list[tuple[float, int, int, str]]] = defaultdict(list)
+    by_worker: dict[int, list[tuple[float, int, str]]] = defaultdict(list)
+    for call in history.ok_writes():
+        by_worker[call.worker].append((call.end, call.reply_epoch, f"{call.kind} {call.name}"))
+    for worker, acks in by_worker.items():
+        highest, after = 0, ""
+        for _, epoch, what in sorted(acks):
+            if epoch < highest:
+                found.append(
+                    f"client {worker}: {what} acknowledged in epoch {epoch} after {after} "
+                    f"in epoch {highest}"
+                )
+            if epoch >= highest:
+                highest, after = epoch, what
+    claimants: dict[int, set[str]] = defaultdict(set)
     for call in history.snapshot():
-        by_worker[call.worker].append(
-            (call.start, call.epoch_seen, call.reply_epoch if call.kind == "leader" else 0,
-             f"{call.kind} {call.name}".strip())
-        )  # fmt: skip
-    for worker, calls in by_worker.items():
-        highest = 0
-        for _, seen, leader_epoch, what in sorted(calls):
-            if leader_epoch and leader_epoch < highest:
-                found.append(f"client {worker}: leader() said epoch {leader_epoch} after {highest}")
-            if seen < highest:
-                found.append(f"client {worker}: {what} left epoch {seen} after {highest}")
-            highest = max(highest, seen, leader_epoch)
+        for responder, epoch in call.leader_claims:
+            claimants[epoch].add(responder)
+    for _sent, _received, replica, epoch in history.leadership:
+        claimants[epoch].add(f"replica {replica}")
+    for epoch, who in sorted(claimants.items()):
+        named = {w for w in who if not w.startswith("replica ")}
+        sampled = who - named
+        if len(named) > 1 or len(sampled) > 1:
+            found.append(f"epoch {epoch} claimed by {sorted(who)}")
+    samples = sorted(history.leadership, key=lambda s: s[1])
+    newest: dict[int, tuple[float, int]] = {}  # replica -> (received, epoch) of its claims
+    for sent, received, replica, epoch in samples:
+        for other, (seen_at, other_epoch) in newest.items():
+            if other != replica and other_epoch > epoch and sent > seen_at + SPLIT_BRAIN_SLACK_S:
+                found.append(
+                    f"replica {replica} answered as leader of epoch {epoch} at {sent:.2f}s, "
+                    f"after replica {other} led epoch {other_epoch} at {seen_at:.2f}s"
+                )
+        newest[replica] = (received, max(epoch, newest.get(replica, (0.0, 0))[1]))
     return found
 
 
@@ -156,6 +204,6 @@ def check_all(
     return {
         "S1": s1_terms(state, history),
         "S2": s2_reflected(state, history),
-        "S3": s3_code(state, copies, min_replicas),
+        "S3": s3_code(state, copies, min_replicas, history),
         "S4": s4_epochs(history),
     }

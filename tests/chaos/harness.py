@@ -279,14 +279,15 @@ def verified_copies(code_dirs: list[Path], digest: str) -> list[int]:
 
 
 class LeadershipSampler:
-    """Samples who claims leadership, per replica, for the timeline (not for asserts)."""
+    """Samples who claims leadership, per replica: the split-brain checker's evidence."""
 
     def __init__(self, cluster: ChaosCluster, t0: float, interval: float = 0.2) -> None:
         self._cluster = cluster
         self._t0 = t0
         self._interval = interval
         self._stop = threading.Event()
-        self.samples: list[tuple[float, int, int]] = []  # (t, replica, epoch) while leading
+        # (sent, received, replica, epoch) for each answer "I lead, in that epoch".
+        self.samples: list[tuple[float, float, int, int]] = []
         self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._run, args=(n.index,), daemon=True) for n in cluster.nodes
@@ -304,10 +305,12 @@ class LeadershipSampler:
 
     def _run(self, i: int) -> None:
         while not self._stop.wait(self._interval):
+            sent = time.monotonic() - self._t0
             try:
                 reply = self._cluster.reply(i, timeout=1.0)
             except ValueError:  # its channel was closed by a restart: ask again next turn
                 continue
             if reply is not None and reply.responder_is_leader:
+                received = time.monotonic() - self._t0
                 with self._lock:
-                    self.samples.append((time.monotonic() - self._t0, i, int(reply.epoch)))
+                    self.samples.append((sent, received, i, int(reply.epoch)))

@@ -35,6 +35,12 @@ class Call:
     reply_epoch: int = 0
     epoch_seen: int = 0  # the client's highest epoch after the call
     detail: str = ""
+    # Replicas that answered "I am the leader" during the call, as they sent it.
+    leader_claims: list[tuple[str, int]] = field(default_factory=list)
+    # An acknowledged submit's code holders read from ZooKeeper right after the ack, and
+    # the replicas whose store then held a verified copy.
+    holders_at_ack: list[str] = field(default_factory=list)
+    copies_at_ack: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -58,7 +64,8 @@ class History:
     t0: float = field(default_factory=time.monotonic)
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
-    leadership: list[tuple[float, int, int]] = field(default_factory=list)
+    # (sent, received, replica, epoch): a replica answered "I am the leader" of that epoch.
+    leadership: list[tuple[float, float, int, int]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def now(self) -> float:
@@ -96,5 +103,8 @@ class History:
         history = cls(t0=0.0)
         history.calls = [Call(**c) for c in data["calls"]]
         history.faults = [Fault(**f) for f in data["faults"]]
-        history.leadership = [tuple(s) for s in data["leadership"]]
+        history.leadership = [
+            (s[0], s[0], s[1], s[2]) if len(s) == 3 else (s[0], s[1], s[2], s[3])
+            for s in data["leadership"]
+        ]
         return history

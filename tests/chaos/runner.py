@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kazoo.exceptions import KazooException
+
+from cluster.paths import Paths
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.checkers import check_all
 from tests.chaos.harness import MIN_REPLICAS, ROOT, ChaosCluster, LeadershipSampler, verified_copies
-from tests.chaos.history import Fault, History
+from tests.chaos.history import Call, Fault, History
 from tests.chaos.nemesis import FAULTS, Nemesis
 from tests.chaos.state import ZkState, read_state
+from tests.chaos.txnlog import read_txns, s1_txnlog
 from tests.chaos.workload import Workload
 from tests.waiting import wait_until
 
@@ -72,7 +78,9 @@ def run_plan(
     try:
         cluster.start()
         sampler = LeadershipSampler(cluster, history.t0).start()
-        workload = Workload(cluster.seeds, history, workdir, rate=rate).start()
+        workload = Workload(
+            cluster.seeds, history, workdir, rate=rate, observe_ack=_holders_at_ack(cluster)
+        ).start()
         nemesis = Nemesis(cluster, history)
         try:
             for trial, kind in enumerate(kinds):
@@ -98,6 +106,25 @@ def run_plan(
             cluster.stop()
 
 
+def _holders_at_ack(cluster: ChaosCluster) -> Callable[[Call], None]:
+    """Read, right after a submit's acknowledgement, who holds its code: ZooKeeper's
+    holder nodes, and the replicas whose store has a verified copy (checker S3)."""
+    code_dirs = [n.code_dir for n in cluster.nodes]
+    admin_guard = threading.Lock()
+
+    def observe(call: Call) -> None:
+        try:
+            with admin_guard:
+                call.holders_at_ack = sorted(
+                    cluster.admin().get_children(Paths(ROOT).code_holders(call.topology_id))
+                )
+        except KazooException:
+            call.holders_at_ack = []
+        call.copies_at_ack = verified_copies(code_dirs, call.digest)
+
+    return observe
+
+
 def final_check(
     cluster: ChaosCluster, history: History, settle: float = 30.0
 ) -> dict[str, list[str]]:
@@ -115,4 +142,7 @@ def final_check(
 
     with contextlib.suppress(AssertionError):  # S3 then reports what is still missing
         wait_until(code_settled, timeout=settle, interval=0.5, message="code on enough replicas")
-    return check_all(state[0], history, copies, MIN_REPLICAS)
+    found = check_all(state[0], history, copies, MIN_REPLICAS)
+    if isinstance(cluster.zk, ZooKeeperCluster):  # not for an external ensemble
+        found["S1"] += s1_txnlog(read_txns(cluster.zk), f"{cluster.chroot}{ROOT}")
+    return found

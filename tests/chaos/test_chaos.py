@@ -15,6 +15,7 @@ from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.availability import window
 from tests.chaos.checkers import s1_terms
 from tests.chaos.harness import ROOT
+from tests.chaos.nemesis import FAULTS
 from tests.chaos.runner import RunResult, run_plan
 from tests.chaos.state import read_state
 
@@ -28,6 +29,12 @@ def _assert_safe_and_recovered(result: RunResult) -> None:
               f"epoch {fault.epoch_before} -> {fault.epoch_after}")  # fmt: skip
     stuck = [f"{f.name}: {f.note}" for f in result.faults if not f.recovered]
     assert stuck == [], "\n".join(stuck) + result.logs
+    moved = [
+        f"{f.name}: epoch {f.epoch_before} -> {f.epoch_after}"
+        for f in result.faults
+        if FAULTS[f.name].target == "same-leader" and window(result.history, f).leader_changed
+    ]
+    assert moved == [], f"faults the same leader must ride out changed it: {moved}"
     found = {k: v for k, v in result.violations.items() if v}
     assert found == {}, f"{found}\n{result.logs}"
     ok = [c for c in result.history.ok_writes() if c.kind == "submit"]

@@ -18,12 +18,14 @@ from kazoo.recipe.lock import Lock
 from cluster.api import records
 from cluster.paths import Paths
 from code_sync.package import make_package
+from devtools.zkserver import ZooKeeperCluster
 from fencing import FencedWriter, LeadershipToken, NotLeaderError
 from fencing.office import take_office
 from tests.chaos.checkers import s1_terms, s2_reflected, s3_code, s4_epochs
 from tests.chaos.harness import ROOT, verified_copies
 from tests.chaos.history import Call, History
 from tests.chaos.state import read_state
+from tests.chaos.txnlog import read_txns, s1_txnlog
 
 PATHS = Paths(ROOT)
 
@@ -158,14 +160,112 @@ def test_s3_catches_a_damaged_copy(zk_client: KazooClient, tmp_path: Path) -> No
     assert len(found) == 1 and "verified copies on [2]" in found[0], found
 
 
-def test_s4_catches_a_client_going_back_in_epoch() -> None:
+def test_s3_catches_an_acknowledgement_before_enough_copies(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The final state has every copy (the replicas caught up later): only what was read
+    at the acknowledgement shows that the leader answered with one copy."""
+    for folder in PATHS.folders():
+        zk_client.ensure_path(folder)
+    package = make_package({"topology.py": b"def build(): ...\n"}, tmp_path / "p.zip")
+    data = package.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    stores = [tmp_path / f"code-{i}" for i in range(3)]
+    for store in stores:
+        store.mkdir()
+        (store / digest).write_bytes(data)
     history = History()
-    for i, (seen, leader) in enumerate([(1, 1), (3, 3), (3, 0), (4, 4)]):
-        call = Call(0, "leader" if leader else "kill", f"n{i}", "", float(i), float(i) + 0.5)
-        call.outcome, call.epoch_seen, call.reply_epoch = "ok", seen, leader
-        history.add(call)
+    _, writer = _lead(zk_client, "me:1")
+    call = _submit(writer, history, "a", digest)
+    call.holders_at_ack, call.copies_at_ack = ["me:1", "peer:2"], [0, 1]
+    state = read_state(zk_client, ROOT)
+
+    def copies(d: str) -> list[int]:
+        return verified_copies(stores, d)
+
+    assert s3_code(state, copies, 2, history) == []
+    call.holders_at_ack, call.copies_at_ack = ["me:1"], [0]  # acknowledged with one copy
+    assert s3_code(state, copies, 2) == [], "the final state alone cannot see it"
+    found = s3_code(state, copies, 2, history)
+    assert len(found) == 1 and "submit a: acknowledged with holders ['me:1']" in found[0]
+
+
+def _old_s4(history: History) -> list[str]:
+    """The checker S4 replaced: it read the client's own filtered maximum epoch."""
+    found: list[str] = []
+    highest = 0
+    for call in sorted(history.snapshot(), key=lambda c: c.start):
+        if call.epoch_seen < highest:
+            found.append(f"{call.name}: {call.epoch_seen} after {highest}")
+        highest = max(highest, call.epoch_seen)
+    return found
+
+
+def _ack(history: History, name: str, at: float, epoch: int, seen: int) -> Call:
+    call = Call(0, "kill", name, f"req-{name}", at, at + 0.5, "ok")
+    call.reply_epoch, call.epoch_seen = epoch, seen
+    history.add(call)
+    return call
+
+
+def test_s4_catches_an_acknowledgement_from_an_older_term() -> None:
+    history = History()
+    _ack(history, "a", 0.0, 3, 3)
+    _ack(history, "b", 1.0, 4, 4)
     assert s4_epochs(history) == []
-    late = Call(0, "leader", "", "", 9.0, 9.5, "ok", reply_epoch=2, epoch_seen=2)
-    history.add(late)  # after epoch 4, a client that reports 2
+    _ack(history, "c", 2.0, 3, 4)  # a deposed leader acknowledged; the client's max stays 4
+    assert _old_s4(history) == [], "the client's filtered view hides it"
     found = s4_epochs(history)
-    assert len(found) == 2 and "said epoch 2 after 4" in found[0], found
+    assert len(found) == 1 and "kill c acknowledged in epoch 3 after kill b" in found[0], found
+
+
+def test_s4_catches_two_replicas_claiming_one_epoch() -> None:
+    history = History()
+    _ack(history, "a", 0.0, 5, 5).leader_claims = [("a:1", 5)]
+    _ack(history, "b", 1.0, 5, 5).leader_claims = [("a:1", 5)]
+    assert s4_epochs(history) == []
+    _ack(history, "c", 2.0, 5, 5).leader_claims = [("b:2", 5)]
+    assert _old_s4(history) == []
+    found = s4_epochs(history)
+    assert found == ["epoch 5 claimed by ['a:1', 'b:2']"], found
+
+
+def test_s4_catches_two_replicas_leading_at_once() -> None:
+    history = History()
+    # A handover: replica 0 leads epoch 5, then replica 1 epoch 6. Clean.
+    history.leadership = [(0.0, 0.01, 0, 5), (0.2, 0.21, 0, 5), (1.0, 1.01, 1, 6)]
+    assert s4_epochs(history) == []
+    # Replica 0 still answers as leader of epoch 5 after replica 1 led epoch 6.
+    history.leadership.append((1.5, 1.51, 0, 5))
+    assert _old_s4(history) == []
+    found = s4_epochs(history)
+    assert len(found) == 1 and "replica 0 answered as leader of epoch 5" in found[0], found
+
+
+def test_s1_from_the_transaction_log_catches_a_zombie_write_later_overwritten(
+    zk_server: ZooKeeperCluster,
+    two_terms: tuple[KazooClient, History, FencedWriter, Call],
+) -> None:
+    """The final state shows only each record's last write: a raw write of the deposed
+    holder, overwritten by the real leader right after, is visible in the log alone."""
+    client, history, _, first = two_terms
+    root = f"{client.chroot}{ROOT}"
+    assert s1_txnlog(read_txns(zk_server), root) == [], "the two terms were clean"
+    stale = records.StormBase.FromString(client.get(PATHS.storm(first.topology_id))[0])
+    client.set(PATHS.storm(first.topology_id), stale.SerializeToString())  # the zombie
+    _, leader = _lead_again(client)
+    leader.update_record(PATHS.storm(first.topology_id), records.StormBase.FromString, _touch)
+    assert s1_terms(read_state(client, ROOT), history) == [], "the final state is clean"
+    found = s1_txnlog(read_txns(zk_server), root)
+    assert len(found) == 1 and "not a fenced multi-op" in found[0], found
+    assert PATHS.storm(first.topology_id) in found[0]
+
+
+def _lead_again(client: KazooClient) -> tuple[Lock, FencedWriter]:
+    for child in client.get_children(PATHS.leader_lock):  # the term-2 holder steps down
+        client.delete(f"{PATHS.leader_lock}/{child}")
+    return _lead(client, "third:3")
+
+
+def _touch(base: records.StormBase) -> None:
+    base.num_workers += 1

@@ -67,7 +67,11 @@ class Workload:
         op_deadline: float = 12.0,
         submit_timeout: float = 4.0,
         package_every: int = 16,
+        observe_ack: Callable[[Call], None] | None = None,
     ) -> None:
+        """``observe_ack(call)`` runs right after a submit is acknowledged, before the
+        call is recorded: the runner reads the code holders then (checker S3)."""
+        self._observe_ack = observe_ack
         self._seeds = seeds
         self._history = history
         self._dir = workdir / "packages"
@@ -238,4 +242,8 @@ class Workload:
             call.code, call.detail = type(e).__name__, str(e)[:200]
         call.end = self._history.now()
         call.epoch_seen = client.max_epoch_seen
+        call.leader_claims = client.leader_claims[:]
+        client.leader_claims.clear()
+        if call.outcome == "ok" and call.kind == "submit" and self._observe_ack is not None:
+            self._observe_ack(call)
         self._history.add(call)
