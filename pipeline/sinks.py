@@ -139,6 +139,7 @@ class FileSink(Sink):
                 with os.fdopen(fd, "wb") as out:
                     _write_table(table, out, self.file_format)
                     out.flush()
+                    os.fchmod(out.fileno(), 0o644)  # mkstemp's 0600 would hide it from readers
                     os.fsync(out.fileno())
                 if self.before_publish is not None:
                     self.before_publish(batch_id)
@@ -158,6 +159,50 @@ class FileSink(Sink):
     def batches(self) -> list[tuple[int, list[dict[str, Any]]]]:
         """The published batches in batch-id order, each as a list of row dicts."""
         return read_batches(self.folder)
+
+
+#: A file sink folder's owner: the topology id whose batches it holds.
+OWNER_FILE = ".nimbus-topology"
+
+
+def adopt_folder(folder: Path, topology_id: str, is_live: Callable[[str], bool]) -> str | None:
+    """Make ``folder`` hold ``topology_id``'s batches; returns what was moved aside, if any.
+
+    Batch ids restart at 0 for every topology, and a batch whose file exists is skipped as
+    already published: a new topology writing where a killed one wrote would skip its own
+    output and leave the old counts in place. So a folder remembers its topology: another
+    topology's batches are moved into ``.previous-<its id>/`` (kept, never deleted) before
+    the first batch, and a folder of a topology still live is refused: two live topologies
+    cannot share one.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / OWNER_FILE
+    try:
+        owner = marker.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        owner = ""
+    if owner == topology_id:
+        return None
+    if owner and is_live(owner):
+        raise SinkError(
+            f"file sink folder {folder} holds the output of live topology {owner}: "
+            "give this topology a folder of its own"
+        )
+    batches = sorted(p for p in folder.iterdir() if _BATCH_RE.match(p.name))
+    moved: str | None = None
+    if batches:
+        archive = folder / f".previous-{owner or 'unknown'}"
+        archive.mkdir(exist_ok=True)
+        for path in batches:
+            os.replace(path, archive / path.name)
+        moved = f"{len(batches)} batch file(s) of {owner or 'an unknown run'} moved to {archive}"
+    fd, tmp = tempfile.mkstemp(prefix=f"{OWNER_FILE}.", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(topology_id + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, marker)
+    _fsync_dir(folder)
+    return moved
 
 
 def _write_table(table: Any, out: Any, file_format: FileFormat) -> None:

@@ -56,7 +56,7 @@ from pipeline.graph import Topology
 from pipeline.package import load_topology, unpack_package
 from pipeline.runner import TopologyRun, run
 from pipeline.session import make_spark
-from pipeline.sinks import CallbackSink, FileSink
+from pipeline.sink_setup import adopt_sink_folders, fence_sinks
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,7 @@ class Worker:
                 topology,
                 Committer(self._client, self._paths, self.claim, timeout=self._session_timeout),
             )
+            self._adopt_sink_folders(topology)
             activity = Activity(self._client, self._paths.storm(self.topology_id))
             while True:
                 if not activity.active.is_set():
@@ -262,6 +263,12 @@ class Worker:
         finally:
             self.claim.release()
             spark.stop()
+
+    def _adopt_sink_folders(self, topology: Topology) -> None:
+        def is_live(topology_id: str) -> bool:
+            return self._client.exists(self._paths.storm(topology_id)) is not None
+
+        adopt_sink_folders(topology, self.topology_id, is_live)
 
     def _wait_active(self, activity: Activity) -> bool:
         """Hold the claim while deactivated; False when told to stop or the claim ends."""
@@ -318,16 +325,6 @@ class Worker:
         self.update_progress()
         log.info("%s: query stopped (claim epoch %d)", self.topology_id, epoch)
         return code
-
-
-def fence_sinks(topology: Topology, committer: Committer) -> None:
-    """Make every sink of ``topology`` publish only under the worker's claim."""
-    for spec in topology.sinks:
-        sink = spec.component
-        if isinstance(sink, FileSink | CallbackSink):
-            sink.fence = committer.for_sink(spec.name)
-        else:
-            log.warning("sink %r (%s) is not fenced", spec.name, type(sink).__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
