@@ -1,3 +1,26 @@
-"""Shared pytest setup. Fixtures live in plugin modules; add yours to this list."""
+"""Shared pytest setup. Fixtures live in plugin modules; add yours to this list.
+
+A failing test that started replica processes gets the tail of each one's log in its
+report (``replica_logs``), so a failure on CI can be diagnosed without a re-run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from tests.replica_fixtures import REPLICAS_KEY
 
 pytest_plugins = ["tests.zk_fixtures", "tests.replica_fixtures", "tests.spark_fixtures"]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        for replica in item.stash.get(REPLICAS_KEY, []):
+            report.sections.append((f"replica {replica.address} log", replica.log_tail(60)))
+    return report

@@ -18,6 +18,8 @@ from tests.cluster import Replica
 
 ROOT = "/storm"
 Spawn = Callable[..., Replica]
+#: Where ``spawn`` keeps a test's replicas, for the failure report (``tests/conftest.py``).
+REPLICAS_KEY = pytest.StashKey[list[Replica]]()
 
 
 def sync_flags(**overrides: object) -> tuple[str, ...]:
@@ -35,9 +37,10 @@ def sync_flags(**overrides: object) -> tuple[str, ...]:
 
 
 @pytest.fixture
-def spawn(zk_hosts: str, tmp_path: Path) -> Iterator[Spawn]:
+def spawn(zk_hosts: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Spawn]:
     """Start a replica process (killed at the end of the test)."""
     started: list[Replica] = []
+    request.node.stash[REPLICAS_KEY] = started
 
     def make(
         *, extra: tuple[str, ...] | None = None, zookeeper: str | None = None, **kwargs: object

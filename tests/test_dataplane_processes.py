@@ -1,6 +1,6 @@
 """Data-plane fencing with real processes: a leader, two supervisors, Spark workers.
 
-One test walks one word-count topology through the four faults of issue 8, in turn, on
+One test walks one word-count topology through four data-plane faults, in turn, on
 one shared checkpoint folder (each Spark start costs about 7 s, so they share a run):
 
 1. SIGKILL the supervisor and restart it: it adopts its running worker, none is added.

@@ -32,7 +32,7 @@ def run_contracts(cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,
         env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"},
         check=False,
     )
