@@ -33,6 +33,9 @@ class Cut(enum.Enum):
     ZOOKEEPER_IN = "zookeeper to replica"
     ISOLATED = "everything"
     CLIENTS = "clients to replica"
+    #: Connections from one peer to the replica's gRPC port answered with a TCP reset,
+    #: as if nothing listened: the false positive of the successor's preemption probe.
+    REFUSE_PEER = "peer refused"
 
 
 def available() -> str | None:
@@ -109,7 +112,9 @@ class KernelNet:
 
     # -- faults ------------------------------------------------------------------------
 
-    def cut(self, i: int, what: Cut, *, zookeeper_port: int, grpc_port: int = 0) -> None:
+    def cut(
+        self, i: int, what: Cut, *, zookeeper_port: int, grpc_port: int = 0, peer: int = -1
+    ) -> None:
         """Drop what ``what`` names in replica ``i``'s namespace until ``heal(i)``."""
         host = self.hosts[i]
         zk = ("-p", "tcp")
@@ -126,6 +131,12 @@ class KernelNet:
             rules.append(("INPUT", "-s", self.gateway, "-p", "tcp", "--dport", str(grpc_port)))
         for rule in rules:
             host.iptables("-A", *rule, "-j", "DROP")
+        if what is Cut.REFUSE_PEER:
+            if peer < 0 or not grpc_port:
+                raise ValueError("refusing a peer needs its index and the gRPC port")
+            source = self.hosts[peer].address
+            host.iptables("-A", "INPUT", "-s", source, "-p", "tcp", "--dport", str(grpc_port),
+                          "-j", "REJECT", "--reject-with", "tcp-reset")  # fmt: skip
 
     def heal(self, i: int) -> None:
         """Remove every rule in replica ``i``'s namespace (connections are left as they are)."""

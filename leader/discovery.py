@@ -43,6 +43,12 @@ class LeaderInfo:
         return int(self.address.rsplit(":", 1)[1])
 
 
+def lock_sequence(name: str) -> int:
+    """The sequence number of a lock node name (``<uuid>__lock__<10 digits>``)."""
+    tail = name[-10:]
+    return int(tail) if tail.isdigit() else -1
+
+
 class LeaderCache:
     """Watch-fed view of ``/leader-epoch``, the lock queue and ``/nimbuses``."""
 
@@ -81,6 +87,12 @@ class LeaderCache:
     def leader(self) -> LeaderInfo | None:
         with self._guard:
             return self._leader_locked()
+
+    def lock_queue(self) -> list[str]:
+        """The lock queue's node names, first (the holder) first, from the watch."""
+        with self._guard:
+            children = list(self._lock_children)
+        return sorted(children, key=lock_sequence)
 
     def nimbuses(self) -> dict[str, records.NimbusSummary]:
         with self._guard:

@@ -50,6 +50,8 @@ Deposed = Callable[[str], None]
 HISTORY_KEPT = 1000
 #: Pause after an unexpected error before queueing again, so a persistent fault does not spin.
 ERROR_BACKOFF = 1.0
+#: Pause after losing our lock node before queueing again (see ``leader.preemption``).
+REQUEUE_BACKOFF = 1.0
 
 
 class GateStage(enum.Enum):
@@ -154,6 +156,14 @@ class Elector:
     @property
     def token(self) -> LeadershipToken | None:
         return self._token
+
+    def queued_node(self) -> str | None:
+        """Our lock node's path while we wait in the queue (None when leading or not queued)."""
+        with self._lock_guard:
+            lock = self._lock
+        if lock is None or not lock.node or self.is_leader():
+            return None
+        return f"{lock.path}/{lock.node}"
 
     def code_changed(self) -> None:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
@@ -307,6 +317,10 @@ class Elector:
                 return
             if token.reason is None or not token.reason.resumable:
                 self._release(lock)
+                if token.reason is CancelReason.LOCK_NODE_DELETED:
+                    # Expired, or preempted by a successor that judged us gone: let the
+                    # new leader settle before queueing again, so two never flap.
+                    self._stopping.wait(REQUEUE_BACKOFF)
                 return
             if not self._term_survived(lock, lock_node, session, epoch):
                 return

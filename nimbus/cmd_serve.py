@@ -65,6 +65,12 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--metrics-port", int, 0, "Prometheus /metrics port on the --listen host (0: off)"),
     ("--k8s-pod", str, "", "this pod's name: label it nimbus-role=leader|follower (empty: off)"),
     ("--shutdown-grace", float, 10.0, "SIGTERM: seconds to hand over and exit, whatever happens"),
+    (
+        "--preempt-window", float, 0.5,
+        "seconds the leader's port must refuse the successor's probes before it is "
+        "preempted (0: wait for its session to expire)",
+    ),
+    ("--preempt-interval", float, 0.1, "seconds between the successor's probes"),
 ]  # fmt: skip
 
 

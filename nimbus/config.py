@@ -62,6 +62,8 @@ class NimbusConfig:
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
     k8s_pod: str = ""  # this pod's name: label it nimbus-role=leader|follower; "": off
     shutdown_grace: float = 10.0  # SIGTERM: hand over and exit within this many seconds
+    preempt_window: float = 0.5  # refused probes this long preempt a dead leader; 0: off
+    preempt_interval: float = 0.1  # seconds between the successor's probes of the leader
 
     def __post_init__(self) -> None:
         """Validation only: derived values are computed by ``make_config`` beforehand."""
@@ -128,6 +130,11 @@ class NimbusConfig:
             raise ConfigError(
                 f"connect timeout ({self.connect_timeout}s) must be at least the session "
                 f"timeout ({self.session_timeout}s)"
+            )
+        if self.preempt_window < 0 or self.preempt_interval <= 0:
+            raise ConfigError(
+                f"--preempt-window must be >= 0 (0: off) and --preempt-interval > 0, got "
+                f"{self.preempt_window} and {self.preempt_interval}"
             )
         if self.shutdown_grace <= 0:
             raise ConfigError(f"--shutdown-grace must be > 0, got {self.shutdown_grace}")

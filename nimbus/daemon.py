@@ -29,6 +29,7 @@ from fencing import FencedWriter, LeadershipToken, ensure_folders
 from leader.discovery import LeaderCache
 from leader.elector import Elector, ElectorSettings
 from leader.health import NimbusHealth
+from leader.preemption import Preemptor, PreemptSettings
 from leader.registry import Registry
 from nimbus.config import NimbusConfig, parse_address
 from nimbus.forward import Forwarder
@@ -112,6 +113,16 @@ class NimbusDaemon:
             connected=self._connected,
             missing_packages=lambda: self.syncer.lag,
             downloaded_bytes=self.downloads,
+        )
+        self.preemptor = Preemptor(
+            self.client,
+            self.paths,
+            config.replica_id,
+            self.cache,
+            self.elector.queued_node,
+            PreemptSettings(interval=config.preempt_interval, window=config.preempt_window),
+            timeout=config.session_timeout,
+            on_preempt=self.metrics.preempted,
         )
         self.registry = Registry(
             self.client,
@@ -198,6 +209,8 @@ class NimbusDaemon:
         self.syncer.start()
         self._started.append(self.syncer.stop)
         self.elector.start()
+        self.preemptor.start()
+        self._started.append(self.preemptor.stop)
 
     def _connect(self) -> None:
         try:
@@ -235,6 +248,7 @@ class NimbusDaemon:
         self._stopped.set()
         if self.ui is not None:
             self.ui.stop()
+        self.preemptor.stop()
         self.elector.stop()
         self.syncer.stop()
         self.health.refresh()

@@ -113,6 +113,11 @@ class ReplicaMetrics:
             ["result"],
             registry=r,
         )
+        self.preemptions = Counter(
+            "nimbus_preemptions",
+            "Dead leaders this replica preempted (deleted their lock node on evidence)",
+            registry=r,
+        )
         self.code_sync_bytes = Counter(
             "nimbus_code_sync_bytes",
             "Package bytes received from peer replicas by code sync",
@@ -145,6 +150,9 @@ class ReplicaMetrics:
 
     def deposed(self) -> None:
         self.leadership_changes.labels(change="deposed").inc()
+
+    def preempted(self, evidence: str) -> None:
+        self.preemptions.inc()
 
     def fenced_write(self, result: str) -> None:
         self.fenced_writes.labels(result=result).inc()

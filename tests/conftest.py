@@ -10,7 +10,7 @@ from collections.abc import Generator
 
 import pytest
 
-from tests.replica_fixtures import REPLICAS_KEY
+from tests.stash import REPLICAS_KEY
 
 pytest_plugins = ["tests.zk_fixtures", "tests.replica_fixtures", "tests.spark_fixtures"]
 

@@ -15,11 +15,10 @@ from code_sync.package import make_package
 from nimbus.client import NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import Replica
+from tests.stash import REPLICAS_KEY
 
 ROOT = "/storm"
 Spawn = Callable[..., Replica]
-#: Where ``spawn`` keeps a test's replicas, for the failure report (``tests/conftest.py``).
-REPLICAS_KEY = pytest.StashKey[list[Replica]]()
 
 
 def sync_flags(**overrides: object) -> tuple[str, ...]:

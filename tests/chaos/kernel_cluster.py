@@ -118,8 +118,16 @@ class KernelCluster:
         assert proc is not None
         proc.wait(60)
 
-    def cut(self, i: int, what: Cut) -> None:
-        self.net.cut(i, what, zookeeper_port=self.zookeeper_port, grpc_port=GRPC_PORT)
+    def cut(self, i: int, what: Cut, *, peer: int = -1) -> None:
+        self.net.cut(i, what, zookeeper_port=self.zookeeper_port, grpc_port=GRPC_PORT, peer=peer)
+
+    def successor(self) -> int:
+        """The replica next in the lock queue after the leader's node."""
+        admin = self.admin()
+        folder = f"{ROOT}/leader-lock"
+        queue = sorted(admin.get_children(folder), key=lambda name: name[-10:])
+        owner = admin.get(f"{folder}/{queue[1]}")[0].decode()
+        return next(r.index for r in self.replicas if r.address == owner)
 
     def heal(self, i: int) -> None:
         self.net.heal(i)

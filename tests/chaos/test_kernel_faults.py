@@ -8,17 +8,20 @@ lost or applied twice.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devtools.netns import available
+from devtools.netns import Cut, available
 from tests.chaos.cli_workload import CliWorkload
-from tests.chaos.kernel_cluster import KernelCluster
+from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import Trial, lost_or_duplicated, measure, run_trial
+from tests.chaos.txnlog import read_txns, s1_txnlog
 from tests.replica_fixtures import package
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 
@@ -56,3 +59,45 @@ def test_cli_calls_ride_through_kernel_faults_on_the_leader(
     assert failed == []
     assert lost_or_duplicated(cluster, workload) == []
     assert sum(1 for c in workload.snapshot() if c.ok) > 10
+
+
+@pytest.mark.timeout(600)
+def test_a_wrongly_preempted_leader_steps_down_and_none_of_its_writes_land(
+    cluster: KernelCluster, tmp_path: Path
+) -> None:
+    """The leader is alive, but its port answers the successor's probes with a TCP reset:
+    the successor preempts it. The old leader must stop answering as leader at once, and
+    ZooKeeper's own log must show no leader-only write of it after the delete."""
+    path, _ = package(tmp_path, "fp")
+    workload = CliWorkload(cluster.seeds, path, workers=2, run_id=uuid.uuid4().hex[:6]).start()
+    try:
+        leader, epoch = cluster.wait_healthy(60)
+        successor = cluster.successor()
+        cluster.cut(leader, Cut.REFUSE_PEER, peer=successor)
+        try:
+            seen: list[tuple[float, dict[int, int]]] = []
+
+            def new_term() -> bool:
+                claims = cluster.claims()
+                seen.append((time.monotonic(), claims))
+                return any(e > epoch for e in claims.values())
+
+            wait_until(new_term, timeout=30, interval=0.05, message="the successor's term")
+            first_new = seen[-1][0]
+            wait_until(
+                lambda: leader not in cluster.claims(), timeout=5, message="the old leader out"
+            )
+            old_claims_after = [t for t, c in seen if leader in c and t > first_new]
+            assert old_claims_after == [], "the old leader answered as leader after the new"
+        finally:
+            cluster.heal(leader)
+        wait_until(lambda: workload_acks_after(workload, first_new) >= 2, timeout=60)
+    finally:
+        workload.stop()
+    assert s1_txnlog(read_txns(cluster.zk), ROOT) == []
+    assert lost_or_duplicated(cluster, workload) == []
+
+
+def workload_acks_after(workload: CliWorkload, t: float) -> int:
+    wall = time.time() - (time.monotonic() - t)
+    return sum(1 for c in workload.snapshot() if c.ok and c.op.mutating and c.end > wall)

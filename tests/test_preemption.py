@@ -1,0 +1,87 @@
+"""Fenced preemption: a leader whose process is gone is replaced in about a second, not a
+session timeout; a leader that is only paused is not preempted.
+
+Figures (failover p50/p99 with and without preemption) are in ``bench/leader.py``; the
+bounds here are margins derived from the session timeout T, which only preemption meets.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import Replica, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.waiting import wait_until
+
+
+def _three(spawn: Spawn, session_timeout: float) -> list[Replica]:
+    replicas = [spawn(extra=sync_flags(), session_timeout=session_timeout) for _ in range(3)]
+    wait_for_agreed_leader(replicas, timeout=60)
+    return replicas
+
+
+def _leader(replicas: list[Replica]) -> tuple[Replica, int]:
+    reply = wait_for_agreed_leader(replicas, timeout=60)
+    return next(r for r in replicas if r.address == reply.replica_id), int(reply.epoch)
+
+
+@pytest.mark.parametrize("session_timeout", [4.0, 20.0])
+def test_a_killed_leader_is_preempted_long_before_its_session_expires(
+    spawn: Spawn, session_timeout: float
+) -> None:
+    replicas = _three(spawn, session_timeout)
+    leader, epoch = _leader(replicas)
+    rest = [r for r in replicas if r is not leader]
+    killed_at = time.monotonic()
+    leader.stop(signal.SIGKILL)
+    new = wait_for_agreed_leader(rest, timeout=session_timeout * 3, newer_than=epoch)
+    took = time.monotonic() - killed_at
+    assert new.replica_id != leader.address
+    assert took < session_timeout / 2 + 1, f"failover took {took:.2f}s at T={session_timeout}"
+
+
+def test_a_leader_restarted_in_place_is_preempted_by_its_identity(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """Killed and restarted at once on the same address (as a pod is): the port answers,
+    but /nimbuses names another session than the leader's lock node."""
+    session_timeout = 20.0
+    replicas = _three(spawn, session_timeout)
+    leader, epoch = _leader(replicas)
+    killed_at = time.monotonic()
+    leader.stop(signal.SIGKILL)
+    again = Replica(
+        leader.zookeeper, leader.root, tmp_path, port=leader.port, code_dir=leader.code_dir,
+        session_timeout=session_timeout, extra=leader.extra,
+    ).start()  # fmt: skip
+    try:
+        rest = [r for r in replicas if r is not leader]
+        new = wait_for_agreed_leader([*rest, again], timeout=60, newer_than=epoch)
+        took = time.monotonic() - killed_at
+        assert took < session_timeout / 2, f"failover took {took:.2f}s at T={session_timeout}"
+        assert new.epoch > epoch
+    finally:
+        again.stop(signal.SIGKILL)
+
+
+def test_a_paused_leader_is_not_preempted(spawn: Spawn) -> None:
+    """SIGSTOP: the kernel still accepts connections on its port and its session is the
+    one registered at its address: no evidence, so only the session's expiry decides."""
+    session_timeout = 4.0
+    replicas = _three(spawn, session_timeout)
+    leader, epoch = _leader(replicas)
+    rest = [r for r in replicas if r is not leader]
+    paused_at = time.monotonic()
+    leader.send(signal.SIGSTOP)
+    try:
+        new = wait_for_agreed_leader(rest, timeout=session_timeout * 4, newer_than=epoch)
+        took = time.monotonic() - paused_at
+    finally:
+        leader.send(signal.SIGCONT)
+    assert new.replica_id != leader.address
+    assert took >= session_timeout * 0.8, f"a pause was preempted after {took:.2f}s"
+    wait_until(lambda: leader.health() == "SERVING", timeout=30, message="the old leader back")
