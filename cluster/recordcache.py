@@ -49,6 +49,7 @@ class RecordCache(Generic[M]):
         self._listeners: list[Callable[[], None]] = []
         self._cversion = -1  # the folder's child version our ``_children`` reflect
         self._relist = False  # a listing failed on a connection that then came back
+        self._listed_once = False  # the folder's first listing answered (records may follow)
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
@@ -94,9 +95,14 @@ class RecordCache(Generic[M]):
             return frozenset(self._children), self._cversion, complete
 
     def wait_loaded(self, timeout: float) -> bool:
-        """Block until every child seen so far has been read once."""
+        """Block until the folder was listed and every child in it has been read once.
+
+        Not only "nothing pending": before the first listing answers nothing is, and a
+        caller would go on with an empty view (a replica starting at 10,000 topologies then
+        read them one by one in its code gate: seconds instead of one pipelined load).
+        """
         with self._loaded:
-            return self._loaded.wait_for(lambda: self._pending == 0, timeout)
+            return self._loaded.wait_for(lambda: self._listed_once and self._pending == 0, timeout)
 
     # -- watch plumbing (kazoo's threads) -------------------------------------------------
 
@@ -134,6 +140,9 @@ class RecordCache(Generic[M]):
         except NoNodeError:
             log.warning("%s does not exist; watching for it", self._folder)
             self._client.exists_async(self._folder, watch=self._on_children_event)
+            with self._guard:
+                self._listed_once = True  # no folder: nothing to load
+                self._loaded.notify_all()
             return
         except Exception as e:  # connection trouble: list again once connected
             log.info("could not list %s: %s", self._folder, e)
@@ -153,15 +162,20 @@ class RecordCache(Generic[M]):
             for name in removed:
                 self._records.pop(name, None)
                 self._failed.discard(name)
+            self._pending += len(added)  # counted before any read can answer
         for name in added:
-            self._load(name)
+            self._load(name, counted=True)
+        with self._guard:
+            self._listed_once = True
+            self._loaded.notify_all()
         if removed:
             self._notify()
 
-    def _load(self, name: str) -> None:
+    def _load(self, name: str, *, counted: bool = False) -> None:
         path = f"{self._folder}/{name}"
-        with self._guard:
-            self._pending += 1
+        if not counted:
+            with self._guard:
+                self._pending += 1
         result = self._client.get_async(path, watch=self._on_node)
         result.rawlink(lambda r: self._loaded_one(name, r))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import grpc
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_random_exponential
 
@@ -31,6 +31,7 @@ from cluster.paths import Paths
 from cluster.reads import Holders, live_replicas, read_holders_of
 from cluster.recordcache import RecordCache
 from cluster.threads import guarded
+from code_sync import held as held_index
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
@@ -38,6 +39,8 @@ from fencing import FencingError, Membership
 
 log = logging.getLogger(__name__)
 
+#: How long a pass waits for the record cache's first load before it gives up (and retries).
+RECORDS_WAIT = 60.0
 #: How long a holder we could not connect to is not counted as able to serve its code.
 UNREACHABLE_HOLD = 30.0
 _NO_CONNECTION = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -83,6 +86,7 @@ class CodeSyncer:
         # survives sessions), and ids known to be held here with their digest.
         self._registered: set[str] = set()
         self._held_ids: dict[str, str] = {}
+        self._saved_held: dict[str, str] | None = None  # what the on-disk index says
         self._membership = Membership(client, replica_id, timeout=10.0)
         self._interval = interval
         self._gc_grace = gc_grace
@@ -222,9 +226,35 @@ class CodeSyncer:
 
     # -- one pass ----------------------------------------------------------------------------
 
+    def prime(self) -> int:
+        """Take what the on-disk index says we hold, for each digest the store verifies:
+        the code gate can then pass at start without reading every record first.
+        Returns how many topologies it primed."""
+        saved = held_index.load(self.store.root)
+        good = {d for d in set(saved.values()) if self._has(d)}
+        primed = {tid: d for tid, d in saved.items() if d in good}
+        with self._pass_lock:
+            self._held_ids = {**primed, **self._held_ids}
+            self._saved_held = saved
+        return len(primed)
+
+    def _has(self, digest: str) -> bool:
+        try:
+            return self.store.has(digest)
+        except StoreError as e:
+            log.warning("cannot check package %s: %s", digest[:12], e)
+            return False
+
     def sync_once(self) -> SyncReport:
         with self._pass_lock:
-            return self._sync_once()
+            if not self.storms.wait_loaded(RECORDS_WAIT):
+                # A pass over a partial view would take unloaded topologies for gone ones.
+                raise ConnectionLoss("the record cache is not loaded yet")
+            report = self._sync_once()
+            if self._held_ids != self._saved_held:
+                held_index.save(self.store.root, self._held_ids)
+                self._saved_held = dict(self._held_ids)
+            return report
 
     def _sync_once(self) -> SyncReport:
         report = SyncReport()
@@ -339,6 +369,10 @@ class CodeSyncer:
             self._request_pass()
 
     def _on_holders_changed(self, event: object) -> None:
+        self._request_pass()
+
+    def request_pass(self) -> None:
+        """A full pass soon (at start, say), in the background."""
         self._request_pass()
 
     def _request_pass(self) -> None:

@@ -52,6 +52,23 @@ log = logging.getLogger(__name__)
 CODE_DOWNLOAD_TIMEOUT = 300.0  # seconds for one package from one peer
 
 
+class _Steps:
+    """Seconds each start-up step took, for one log line (a slow start says where)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._spent: list[tuple[str, float]] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self._spent.append((step, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        total = sum(s for _, s in self._spent)
+        return f"{total:.2f}s (" + ", ".join(f"{n} {s:.2f}s" for n, s in self._spent) + ")"
+
+
 class NimbusDaemon:
     """One replica. The parts are built in dependency order, each from parts built before
     it; ``start()`` starts them in order and, if one fails, stops those already running."""
@@ -189,15 +206,18 @@ class NimbusDaemon:
             self.pod_labeler.start()
             self._started.append(self.pod_labeler.stop)
             self.pod_labeler.set_role("follower")  # a restarted leader's pod drops the label
+        steps = _Steps()
         self._connect()
+        steps.done("zookeeper")
         self.client.add_listener(self._on_state)
         ensure_folders(self.client, self.paths.folders())
         warn_if_open(self.client, self.config.root, self.security.zk_auth)
         self.config.code_dir.mkdir(parents=True, exist_ok=True)
         self.cache.add_listener(self.health.refresh)
         self.cache.start()
-        self.storms.start()
-        self.storms.wait_loaded(self.config.connect_timeout)
+        self.storms.start()  # loads in the background; the first sync pass waits for it
+        primed = self.syncer.prime()
+        steps.done(f"code index ({primed} held)")
         self.registry.start()
         self._started.append(self.registry.stop)
         self.server.start()
@@ -205,12 +225,14 @@ class NimbusDaemon:
         if self.ui is not None:
             self.ui.start()
             self._started.append(self.ui.stop)
-        self.syncer.sync_once()  # catch up before queueing; the gate checks again anyway
+        steps.done("serving")
         self.syncer.start()
+        self.syncer.request_pass()  # a full pass at once, in the background
         self._started.append(self.syncer.stop)
         self.elector.start()
         self.preemptor.start()
         self._started.append(self.preemptor.stop)
+        log.info("started in %s", steps)
 
     def _connect(self) -> None:
         try:
@@ -312,6 +334,8 @@ class NimbusDaemon:
         self.elector.code_changed()
 
     def _elected(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
+        if not self.storms.wait_loaded(self.config.connect_timeout):
+            log.warning("leading before every record was read; duties start on a partial view")
         log.info("leading with epoch %d", epoch)
         writer.observer = self.metrics.fenced_write
         self.metrics.elected()

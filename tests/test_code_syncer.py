@@ -201,3 +201,36 @@ def test_a_live_holder_we_cannot_download_from_does_not_block_the_gate_past_code
     now[0] += 6.0
     assert syncer.missing() == []
     assert syncer.code_abandoned("wc-1-1")
+
+
+def test_a_restarted_replica_passes_its_gate_from_its_own_index(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The held index written by a pass lets the next process pass its code gate before
+    its record cache has read anything; a digest the store no longer verifies is not
+    taken on trust."""
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+    store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
+    digest = store.write([package.read_bytes()], expected_digest=None).digest
+    base = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
+    for i in range(3):
+        zk_client.create(PATHS.storm(f"wc-{i}-1"), base.SerializeToString())
+
+    def syncer() -> CodeSyncer:
+        storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+        return CodeSyncer(
+            zk_client, PATHS, "me:1", store, storms,
+            interval=1.0, gc_grace=600.0, code_wait=60.0,
+        )  # fmt: skip
+
+    first = syncer()
+    first.storms.start()
+    first.sync_once()  # writes the index
+    second = syncer()  # its cache never started: only the index can tell
+    assert second.prime() == 3
+    assert second.missing() == []
+    (store.root / digest).write_bytes(b"damaged")
+    third = syncer()
+    assert third.prime() == 0, "a digest the store cannot verify is not primed"
