@@ -43,12 +43,19 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import Any  # noqa: E402
 
 import grpc  # noqa: E402
-from _common import Summary, machine_facts, print_table, summarize_ms, summarize_ns  # noqa: E402
+from _common import (  # noqa: E402
+    Summary,
+    machine_facts,
+    percentile,
+    print_table,
+    summarize_ms,
+    summarize_ns,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from cluster.api import pb, rpc  # noqa: E402
@@ -203,6 +210,7 @@ class Cluster:
     live: list[Replica] = field(default_factory=list)
     every: list[Replica] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    extra: tuple[str, ...] = ()  # more ``nimbus serve`` flags
 
     def start_replica(self, *, attempt: int = 1) -> Replica:
         """Start one replica on a fresh port (``wait_ready`` retries one that dies at once)."""
@@ -214,7 +222,7 @@ class Cluster:
             "--zookeeper", self.zookeeper, "--root", self.root,
             "--listen", f"127.0.0.1:{port}",
             "--session-timeout", str(self.session_timeout),
-            "--code-dir", str(self.workdir / f"code-{port}"),
+            "--code-dir", str(self.workdir / f"code-{port}"), *self.extra,
         ]  # fmt: skip
         with log_path.open("ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
@@ -657,6 +665,51 @@ def run(*, quick: bool, session_timeout: float) -> dict[str, Any]:
     )
 
 
+PREEMPTION_TIMEOUTS_S = (4.0, 20.0)
+PREEMPTION_TRIALS = 5
+PREEMPTION_QUICK_TRIALS = 2
+
+
+def run_preemption(*, quick: bool) -> dict[str, Any]:
+    """SIGKILL failover with and without fenced preemption, at T = 4 s and 20 s."""
+    trials = PREEMPTION_QUICK_TRIALS if quick else PREEMPTION_TRIALS
+    rows: dict[str, dict[str, float]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-preempt-"))
+    try:
+        with ZooKeeperCluster(size=1) as zk:
+            for session_timeout in PREEMPTION_TIMEOUTS_S:
+                for window, mode in ((0.5, "preemption"), (0.0, "expiry")):
+                    cluster = Cluster(
+                        zookeeper=zk.connect_string,
+                        root=f"/bench-{uuid.uuid4().hex[:12]}",
+                        workdir=workdir,
+                        session_timeout=session_timeout,
+                        extra=("--preempt-window", str(window)),
+                    )
+                    try:
+                        for _ in range(REPLICAS):
+                            cluster.start_replica()
+                        cluster.wait_ready()
+                        killed = run_trials(cluster, signal.SIGKILL, trials)
+                    finally:
+                        cluster.shutdown()
+                    took = [k.failover_s for k in killed]
+                    rows[f"T{session_timeout:g}_{mode}"] = {
+                        "session_timeout_s": session_timeout,
+                        "p50_s": round(percentile(took, 50), 3),
+                        "p99_s": round(percentile(took, 99), 3),
+                        "p99_over_T": round(percentile(took, 99) / session_timeout, 3),
+                    }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print_table(
+        ["case", "SIGKILL failover p50 s", "p99 s", "p99 / T"],
+        [[k, v["p50_s"], v["p99_s"], v["p99_over_T"]] for k, v in rows.items()],
+    )
+    return {"benchmark": "leader-preemption", "trials": trials, "sigkill": rows,
+            "machine": asdict(machine_facts())}  # fmt: skip
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
 
@@ -680,8 +733,16 @@ def main(argv: list[str] | None = None) -> int:
             f"(default {DEFAULT_SESSION_TIMEOUT_S:g})"
         ),
     )
+    parser.add_argument(
+        "--preemption",
+        action="store_true",
+        help="only SIGKILL failover, with and without preemption, at T = 4 s and 20 s",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if args.preemption:
+        print(json.dumps(run_preemption(quick=args.quick), sort_keys=True), flush=True)
+        return 0
     result = run(quick=args.quick, session_timeout=args.session_timeout)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0

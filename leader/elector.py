@@ -15,19 +15,16 @@ what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import CancelledError, ConnectionLoss, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
-from cluster.paths import Paths
 from fencing import (
     CancelReason,
     FencedWriter,
@@ -38,37 +35,20 @@ from fencing import (
     WriteOutcomeUnknown,
 )
 from fencing.lease import Heartbeat, Lease
-from fencing.office import prune_epochs, read_leader_epoch, take_office
+from fencing.office import prune_epochs, take_office
+from leader.settings import (
+    ERROR_BACKOFF,
+    REQUEUE_BACKOFF,
+    CodeGate,
+    Deposed,
+    Elected,
+    ElectorSettings,
+    GateStage,
+    History,
+)
+from leader.term import TermVerdict, judge_term
 
 log = logging.getLogger(__name__)
-
-CodeGate = Callable[[], bool]
-Elected = Callable[[int, LeadershipToken, FencedWriter], None]
-Deposed = Callable[[str], None]
-
-#: Entries of ``Elector.history`` kept: enough for any test or log reader, never unbounded.
-HISTORY_KEPT = 1000
-#: Pause after an unexpected error before queueing again, so a persistent fault does not spin.
-ERROR_BACKOFF = 1.0
-#: Pause after losing our lock node before queueing again (see ``leader.preemption``).
-REQUEUE_BACKOFF = 1.0
-
-
-class GateStage(enum.Enum):
-    """When the code gate runs: before queueing it is waited on; after winning, a miss
-    means leaving the queue (never hold the lock while waiting for code)."""
-
-    BEFORE_QUEUEING = "before queueing"
-    AFTER_WINNING = "after winning"
-
-
-@dataclass(frozen=True)
-class ElectorSettings:
-    paths: Paths
-    replica_id: str
-    session_timeout: float
-    gate_poll_interval: float = 0.5
-    epochs_kept: int = 50
 
 
 class Elector:
@@ -109,8 +89,7 @@ class Elector:
         self._lock: Lock | None = None
         self._token: LeadershipToken | None = None
         self._epoch = 0
-        self.history: list[str] = []
-        self._history_changed = threading.Condition()
+        self._history = History()
         self._running = True
         self._session: int | None = None  # captured on CONNECTED (see ``_on_state``)
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
@@ -169,25 +148,20 @@ class Elector:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
         self._wake.set()
 
+    @property
+    def history(self) -> list[str]:
+        """Each step of the cycle in words, oldest first (bounded)."""
+        return self._history.entries()
+
     def wait_for(self, predicate: Callable[[list[str]], bool], timeout: float) -> bool:
         """Block until ``predicate(history)`` holds; for callers and tests that need a step."""
-        deadline = time.monotonic() + timeout
-        with self._history_changed:
-            while not predicate(self.history):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._history_changed.wait(remaining)
-            return True
+        return self._history.wait_for(predicate, timeout)
 
     # -- the cycle ----------------------------------------------------------------------
 
     def _note(self, reason: str) -> None:
         log.info("%s: %s", self._s.replica_id, reason)
-        with self._history_changed:
-            self.history.append(reason)
-            del self.history[:-HISTORY_KEPT]
-            self._history_changed.notify_all()
+        self._history.add(reason)
 
     def _run(self) -> None:
         try:
@@ -337,23 +311,19 @@ class Elector:
             if not self._wait_connected():
                 return False
             try:
-                if self._session_id() != session or not self._client.exists(lock_node):
-                    self._note("session or lock node lost while disconnected; queueing again")
-                    self._release(lock)
-                    return False
-                current, _ = read_leader_epoch(self._client, self._paths)
-                if current is None or current.epoch != epoch or current.lock_node != lock_node:
-                    self._note("leader-epoch no longer names us; queueing again")
-                    self._release(lock)
-                    return False
-                if not self._gate():
-                    self._note("waiting for code (after reconnecting)")
-                    self._release(lock)
-                    return False
-                return True
+                verdict = judge_term(
+                    self._client, self._paths, lock_node=lock_node, epoch=epoch,
+                    session_now=self._session_id(), session_then=session, gate=self._gate,
+                )  # fmt: skip
             except KazooException as e:
                 self._note(f"checking the term after reconnecting failed: {type(e).__name__}")
                 self._stopping.wait(0.1)
+                continue
+            if verdict is TermVerdict.RESUME:
+                return True
+            self._note(verdict.value)
+            self._release(lock)
+            return False
 
     # -- helpers ------------------------------------------------------------------------
 

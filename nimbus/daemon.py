@@ -27,10 +27,11 @@ from code_sync.store import CodeStore
 from code_sync.syncer import CodeSyncer
 from fencing import FencedWriter, LeadershipToken, ensure_folders
 from leader.discovery import LeaderCache
-from leader.elector import Elector, ElectorSettings
+from leader.elector import Elector
 from leader.health import NimbusHealth
 from leader.preemption import Preemptor, PreemptSettings
 from leader.registry import Registry
+from leader.settings import ElectorSettings
 from nimbus.config import NimbusConfig, parse_address
 from nimbus.forward import Forwarder
 from nimbus.grpc_errors import ErrorInterceptor

@@ -14,7 +14,8 @@ from cluster.api import pb, records
 from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from leader.discovery import LeaderCache
-from leader.elector import Elector, ElectorSettings
+from leader.elector import Elector
+from leader.settings import ElectorSettings
 from nimbus.client import NimbusCallError, NimbusClient
 from nimbus.servicer import LEADER_METADATA_KEY
 from tests.cluster import Replica, wait_for_agreed_leader

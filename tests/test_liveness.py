@@ -10,7 +10,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from cluster.paths import Paths
 from cluster.threads import guarded
 from nimbus.client import NimbusClient
 from tests.cluster import Replica, wait_for_agreed_leader
@@ -18,6 +20,7 @@ from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.waiting import wait_until
 
 T = 2.0  # the replicas' session timeout (tests.cluster.Replica's default)
+PATHS = Paths("/storm")
 
 
 def test_a_guarded_loop_survives_surprises_and_ends_when_told() -> None:
@@ -97,3 +100,43 @@ def test_sigterm_exits_within_the_grace_period_while_zookeeper_is_unreachable(
         replica.proc.send_signal(signal.SIGTERM)
         code = replica.proc.wait(timeout=grace + 5)
     assert code == 0
+
+
+def test_after_a_disconnect_shorter_than_t_the_same_leader_schedules_at_once(
+    spawn: Spawn, zk_hosts: str, zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The leader's lease lapses and its connection drops for less than a session: the term
+    resumes, and a topology submitted right after is scheduled onto a real supervisor
+    (duties paused by the lapse carry on; none quit for the rest of the term)."""
+    from devtools.faultproxy import FaultProxy
+    from tests.test_scheduler import SupervisorProc
+
+    session = 4.0
+    first = zk_hosts.split(",")[0].split("/")[0]
+    chroot = zk_hosts[len(zk_hosts.split("/")[0]) :]
+    host, port = first.rsplit(":", 1)
+    supervisor = SupervisorProc(zk_hosts, "sup-1", tmp_path, session_timeout=session, slots=2)
+    try:
+        with FaultProxy(host, int(port)) as proxy:
+            leader = spawn(
+                extra=sync_flags(replicas=1, min_replicas=1),
+                zookeeper=f"{proxy.address}{chroot}",
+                session_timeout=session,
+            )
+            epoch = wait_for_agreed_leader([leader], timeout=40).epoch
+            proxy.blackhole()
+            wait_until(lambda: leader.health() != "SERVING", timeout=10, message="the lapse")
+            proxy.pass_through()
+            wait_until(lambda: leader.health() == "SERVING", timeout=10, message="the resume")
+            path, digest = package(tmp_path, "after")
+            with NimbusClient([leader.address]) as client:
+                reply = submit(client, path, "after", digest)
+            assert reply.epoch == epoch, "the same term resumed"
+            beat = PATHS.workerbeats_of(reply.topology_id)
+            wait_until(
+                lambda: zk_client.exists(beat) and zk_client.get_children(beat),
+                timeout=30,
+                message="the supervisor's heartbeat for the new topology's slot",
+            )
+    finally:
+        supervisor.stop()

@@ -11,7 +11,8 @@ from cluster.factory import make_kazoo_client
 from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster
-from leader.elector import Elector, ElectorSettings
+from leader.elector import Elector
+from leader.settings import ElectorSettings
 from tests.waiting import wait_until
 
 ROOT = "/storm"
