@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from cluster.api import pb, records
 from cluster.envargs import add_env_flag
 from cluster.errors import NimbusError
 from cluster.security.client import add_client_flags
+from code_sync.package import make_package
 from nimbus.client import NimbusClient
 
 CHUNK = 1024 * 1024
@@ -35,7 +38,7 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="upload a topology package and activate it")
-    p.add_argument("package", help="a zip with topology.py at its root")
+    p.add_argument("package", help="a zip, or a folder, with topology.py at its root")
     p.add_argument("--name", required=True)
     p.add_argument("--config-json", default="{}", help="topology config as a JSON object")
     p.add_argument("--workers", type=int, default=1)
@@ -79,8 +82,35 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _zip_folder(folder: Path) -> Path:
+    """A package made from a folder (``topology.py`` at its root), as ``pipeline.check``
+    accepts one: every regular file but bytecode, deterministic, in a temporary file."""
+    files = {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and not path.is_symlink()
+    }
+    fd, name = tempfile.mkstemp(prefix="nimbus-submit-", suffix=".zip")
+    os.close(fd)
+    return make_package(files, Path(name))
+
+
 def run_submit(args: argparse.Namespace) -> int:
-    package = Path(args.package)
+    given = Path(args.package)
+    if not given.is_dir():
+        return _submit(args, given)
+    try:
+        made = _zip_folder(given)
+    except OSError as e:
+        print(f"nimbus submit: cannot read {given}: {e}", file=sys.stderr)
+        return 2
+    try:
+        return _submit(args, made)
+    finally:
+        made.unlink(missing_ok=True)
+
+
+def _submit(args: argparse.Namespace, package: Path) -> int:
     try:
         size = package.stat().st_size
         json.loads(args.config_json)

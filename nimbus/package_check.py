@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.errors import NimbusError
+from pipeline.check import EXIT_INVALID
 
 #: Bytes of the child's output read back (the verdict is its last line).
 OUTPUT_TAIL_BYTES = 256 * 1024
@@ -111,7 +112,7 @@ def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
 def _verdict(status: int, tail: str, limits: CheckLimits) -> list[dict[str, Any]]:
     lines = [line for line in tail.splitlines() if line.strip()]
     verdict: dict[str, Any] | None = None
-    if status == 0 and lines:
+    if status in (0, EXIT_INVALID) and lines:
         try:
             parsed = json.loads(lines[-1])
         except json.JSONDecodeError:

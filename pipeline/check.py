@@ -66,6 +66,10 @@ def check(package: str) -> dict[str, Any]:
         return {"ok": True, "components": describe_graph(topology)}
 
 
+#: The exit status of a check that ran and found the topology invalid (the verdict says why).
+EXIT_INVALID = 3
+
+
 def confine(memory_mib: int, cpu_s: int, max_file_bytes: int) -> None:
     """Limit this process before any user code runs (the caller cannot: a ``preexec_fn``
     in a process with gRPC threads was seen to abort the child)."""
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     # The verdict is the last line: whatever build() printed comes before it.
     print("\n" + json.dumps(verdict), flush=True)
-    return 0
+    return 0 if verdict["ok"] else EXIT_INVALID
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from cluster.api import records
 from cluster.paths import Paths
 from code_sync.package import make_package
 from nimbus.client import NimbusCallError, NimbusClient
+from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.waiting import wait_until
@@ -253,3 +254,22 @@ def test_the_cli_submits_with_progress_lines_and_describes_as_json(
     assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
     bad = cli("submit", str(tmp_path / "absent.zip"), "--name", "x", "--seeds", replica.address)
     assert bad.returncode == 2 and "cannot read" in bad.stderr
+    folder = tmp_path / "as-folder"
+    folder.mkdir()
+    (folder / "topology.py").write_bytes(MINIMAL_TOPOLOGY)
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "topology.cpython-311.pyc").write_bytes(b"\0")
+    done = cli("submit", str(folder), "--name", "folder", "--seeds", replica.address)
+    assert done.returncode == 0, done.stderr  # a folder is packaged, as pipeline.check takes it
+    assert "submitted folder-" in done.stdout
+    verdict = subprocess.run(
+        [sys.executable, "-m", "pipeline.check", str(folder)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert verdict.returncode == 0 and '"ok": true' in verdict.stdout
+    (folder / "topology.py").write_text("def build():\n    raise ValueError('no')\n")
+    verdict = subprocess.run(
+        [sys.executable, "-m", "pipeline.check", str(folder)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert verdict.returncode == 3 and '"ok": false' in verdict.stdout
