@@ -36,7 +36,7 @@ from _common import machine_facts, percentile, print_table  # noqa: E402
 
 from devtools.netns import available  # noqa: E402
 from tests.chaos.cli_workload import CliWorkload  # noqa: E402
-from tests.chaos.kernel_cluster import KernelCluster  # noqa: E402
+from tests.chaos.kernel_cluster import ROOT, KernelCluster  # noqa: E402
 from tests.chaos.kernel_faults import (  # noqa: E402
     FAULTS,
     Trial,
@@ -44,6 +44,7 @@ from tests.chaos.kernel_faults import (  # noqa: E402
     measure,
     run_trial,
 )
+from tests.chaos.txnlog import read_txns, s1_txnlog  # noqa: E402
 from tests.replica_fixtures import package  # noqa: E402
 
 SESSION_TIMEOUT = 4.0
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--out", action="store_true", help="write bench/results/chaos-cli.*")
+    parser.add_argument(
+        "--session-timeout", type=float, default=SESSION_TIMEOUT, help="T of the replicas (s)"
+    )
+    parser.add_argument("--name", default="chaos-cli", help="results file name (with --out)")
     args = parser.parse_args(argv)
     why_not = available()
     if why_not is not None:
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     trials: list[Trial] = []
     with tempfile.TemporaryDirectory(prefix="chaos-cli-") as work:
         workdir = Path(work)
-        cluster = KernelCluster(workdir, session_timeout=SESSION_TIMEOUT)
+        cluster = KernelCluster(workdir, session_timeout=args.session_timeout)
         try:
             cluster.start()
             path, _ = package(workdir, "bench")
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 workload.stop()
             measure(cluster, workload, trials)
             problems = lost_or_duplicated(cluster, workload)
+            s1 = s1_txnlog(read_txns(cluster.zk), ROOT)
             calls = workload.snapshot()
         finally:
             cluster.stop()
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print_table(header, table)
     figures = {
-        "session_timeout_s": SESSION_TIMEOUT,
+        "session_timeout_s": args.session_timeout,
+        "s1_txnlog_violations": s1[:10],
         "faults": rows,
         "calls": len(calls),
         "failed_calls": sum(r["failed_calls"] for r in rows.values()),
@@ -141,13 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.out:
         results = _REPO / "bench" / "results"
-        (results / "chaos-cli.json").write_text(json.dumps(figures, indent=2) + "\n")
+        (results / f"{args.name}.json").write_text(json.dumps(figures, indent=2) + "\n")
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in table]
-        (results / "chaos-cli.md").write_text(
-            f"# CLI availability under kernel faults (T = {SESSION_TIMEOUT:g} s)\n\n"
+        (results / f"{args.name}.md").write_text(
+            f"# CLI availability under kernel faults (T = {args.session_timeout:g} s)\n\n"
             + "\n".join(lines)
-            + f"\n\ncalls: {len(calls)}, lost or duplicated: {problems or 'none'}\n"
+            + f"\n\ncalls: {len(calls)}, lost or duplicated: {problems or 'none'}, "
+            f"S1 from the transaction log: {len(s1)} violation(s)\n"
         )
     print(json.dumps(figures))
     return 0

@@ -72,6 +72,17 @@ def _cut(what: Cut, factor: float) -> Inject:
     return run
 
 
+def _false_positive(cluster: KernelCluster, leader: int, T: float) -> None:
+    """The leader is alive, but its port answers the successor's probes with a TCP reset
+    (as if nothing listened): the successor preempts a live leader, which must step down."""
+    successor = cluster.successor()
+    cluster.cut(leader, Cut.REFUSE_PEER, peer=successor)
+    try:
+        time.sleep(T / 2)  # holding the fault is the fault
+    finally:
+        cluster.heal(leader)
+
+
 FAULTS: dict[str, Inject] = {
     "sigkill": _signal(signal.SIGKILL),
     "sigterm": _signal(signal.SIGTERM),
@@ -82,6 +93,7 @@ FAULTS: dict[str, Inject] = {
     "isolated": _cut(Cut.ISOLATED, 3.0),
     "clients-cut": _cut(Cut.CLIENTS, 2.0),
     "blip": _cut(Cut.ISOLATED, 0.25),
+    "false-positive": _false_positive,
 }
 
 
