@@ -156,6 +156,8 @@ class CodeSyncer:
         ids = names
         if not complete or int(stat.cversion) != cversion:
             ids = frozenset(self._client.get_children(self._paths.storms))
+        for gone in [tid for tid in self._holderless_since if tid not in ids]:
+            del self._holderless_since[gone]  # bounded by the live topologies
         held_ids = self._held_ids
         # One stat per distinct package (``store.has`` re-hashes only a changed file): a
         # copy damaged since the last pass must block here, not after we lead.

@@ -234,3 +234,27 @@ def test_a_restarted_replica_passes_its_gate_from_its_own_index(
     (store.root / digest).write_bytes(b"damaged")
     third = syncer()
     assert third.prime() == 0, "a digest the store cannot verify is not primed"
+
+
+def test_the_gates_memory_of_holderless_topologies_forgets_removed_ones(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+    base = records.StormBase(name="gone", status=records.ACTIVE, digest="cd" * 32)
+    storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+    store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+    now = [0.0]
+    syncer = CodeSyncer(
+        zk_client, PATHS, "me:1", store, storms,
+        interval=1.0, gc_grace=600.0, code_wait=5.0, clock=lambda: now[0],
+    )  # fmt: skip
+    for i in range(50):
+        zk_client.create(PATHS.storm(f"gone-{i}-1"), base.SerializeToString())
+    assert len(syncer.missing()) == 50  # no holder anywhere: code_wait runs for each
+    now[0] += 6.0
+    assert syncer.missing() == [] and syncer.code_abandoned("gone-0-1")
+    for i in range(50):
+        zk_client.delete(PATHS.storm(f"gone-{i}-1"))
+    assert syncer.missing() == []
+    assert not syncer.code_abandoned("gone-0-1"), "a removed topology is forgotten"

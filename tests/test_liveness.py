@@ -140,3 +140,22 @@ def test_after_a_disconnect_shorter_than_t_the_same_leader_schedules_at_once(
             )
     finally:
         supervisor.stop()
+
+
+def test_without_flags_a_submit_waits_for_a_second_copy_when_there_is_a_second_replica(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """--min-replicas defaults to min(2, live replicas), counted at each submit: a lone
+    replica acknowledges alone; once a second one is live, every submit waits for it."""
+    flags = ("--sync-interval", "0.3", "--max-package-mib", "1")
+    lone = spawn(extra=flags)
+    wait_for_agreed_leader([lone], timeout=40)
+    path, digest = package(tmp_path, "lone")
+    with NimbusClient([lone.address]) as client:
+        assert list(submit(client, path, "lone", digest).code_replicas) == [lone.address]
+    second = spawn(extra=flags)
+    wait_for_agreed_leader([lone, second], timeout=40)
+    path, digest = package(tmp_path, "pair")
+    with NimbusClient([lone.address, second.address]) as client:
+        held = submit(client, path, "pair", digest).code_replicas
+    assert sorted(held) == sorted([lone.address, second.address])
