@@ -1,4 +1,4 @@
-"""The ``nimbus`` command: one entry point, one module per subcommand.
+"""The nimbus command: one entry point, one module per subcommand.
 
 The service's own subcommands are imported here; others (``nimbus dev`` and ``nimbus
 zookeeper`` from ``devtools``) register through the ``nimbus.commands`` entry-point group,
