@@ -144,8 +144,6 @@ class NimbusClient:
         self._suspect: _Suspect | None = None
         self._relays: list[str] = []  # replicas that answered the last discovery
         self.max_epoch_seen = 0
-        #: Every epoch a replica sent, as sent, in order: (responder, epoch). For checkers.
-        self.epochs_received: list[tuple[str, int]] = []
         #: Every "I am the leader" answer, as sent: (responder, epoch). For checkers.
         self.leader_claims: list[tuple[str, int]] = []
 
@@ -238,7 +236,6 @@ class NimbusClient:
                 )
             except grpc.RpcError as e:
                 raise self._leader_failed(address, e, relayed=bool(metadata)) from e
-            self._received(address, reply.epoch)
             return reply
 
         return self._retrying(deadline, attempt)
@@ -298,7 +295,6 @@ class NimbusClient:
             lambda s, t: s.GetLeaderAddress.future(pb.GetLeaderAddressRequest(), timeout=t), end
         )
         for reply in replies:
-            self._received(reply.responder, reply.epoch)
             if reply.responder_is_leader:
                 self.leader_claims.append((reply.responder, int(reply.epoch)))
                 del self.leader_claims[:-1000]
@@ -352,11 +348,6 @@ class NimbusClient:
             raise _Retry("no seed answered (" + "; ".join(errors or ["no answer"]) + ")")
         return replies
 
-    def _received(self, responder: str, epoch: int) -> None:
-        if epoch:
-            self.epochs_received.append((responder, epoch))
-            del self.epochs_received[:-1000]
-
     def _read_route(self, end: float) -> tuple[str, bool]:
         """Reads are served by any replica: a follower while the leader is suspect."""
         address, metadata = self._route(end)
@@ -372,8 +363,6 @@ class NimbusClient:
             metadata = {str(m.key): str(m.value) for m in error.trailing_metadata() or ()}
             target = metadata.get(LEADER_METADATA_KEY)
             epoch = int(metadata.get(LEADER_EPOCH_METADATA_KEY, "0") or 0)
-            if epoch:
-                self._received(address, epoch)
             if target and epoch >= self.max_epoch_seen:
                 self.max_epoch_seen = epoch
                 self._leader = str(target)
