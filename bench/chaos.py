@@ -120,8 +120,15 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
 
 def plot(results: list[RunResult], path: Path) -> None:
     """Leadership per replica (a dot per sample while it says it leads, coloured by epoch),
-    fault windows shaded, acknowledged writes and client errors on the bottom row."""
-    import matplotlib
+    fault windows shaded, acknowledged writes and client errors on the bottom row.
+
+    Skipped, with a line on stderr, where matplotlib is not installed (the ``chaos`` extra).
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no timeline ({path.name}): pip install -e '.[chaos]'", file=sys.stderr)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

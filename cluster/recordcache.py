@@ -12,6 +12,7 @@ again; a record whose read failed on the way keeps its last value until then.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -30,6 +31,9 @@ from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, WatchedEvent
 
 log = logging.getLogger(__name__)
+
+#: Record reads in flight at once: enough to pipeline, few enough that others get through.
+LOAD_WINDOW = 256
 
 M = TypeVar("M", bound=Message)
 
@@ -50,6 +54,11 @@ class RecordCache(Generic[M]):
         self._cversion = -1  # the folder's child version our ``_children`` reflect
         self._relist = False  # a listing failed on a connection that then came back
         self._listed_once = False  # the folder's first listing answered (records may follow)
+        # Reads wait here and at most LOAD_WINDOW are in flight: 10,000 reads queued at
+        # once would sit ahead of every other request of the process (a new leader's
+        # take-office multi-op among them) for seconds.
+        self._to_load: collections.deque[str] = collections.deque()
+        self._in_flight = 0
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
@@ -119,8 +128,11 @@ class RecordCache(Generic[M]):
 
     def _reload(self) -> None:
         self._watch_children()
-        for name in self.names():
-            self._load(name)
+        names = self.names()
+        with self._guard:
+            self._pending += len(names)
+            self._to_load.extend(names)
+        self._pump()
 
     def _watch_children(self) -> None:
         """List the folder and leave a child watch; the watch re-lists (and re-arms)."""
@@ -163,21 +175,29 @@ class RecordCache(Generic[M]):
                 self._records.pop(name, None)
                 self._failed.discard(name)
             self._pending += len(added)  # counted before any read can answer
-        for name in added:
-            self._load(name, counted=True)
-        with self._guard:
+            self._to_load.extend(added)
             self._listed_once = True
             self._loaded.notify_all()
+        self._pump()
         if removed:
             self._notify()
 
-    def _load(self, name: str, *, counted: bool = False) -> None:
-        path = f"{self._folder}/{name}"
-        if not counted:
+    def _load(self, name: str) -> None:
+        with self._guard:
+            self._pending += 1
+            self._to_load.append(name)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Send queued reads while fewer than ``LOAD_WINDOW`` are in flight."""
+        while True:
             with self._guard:
-                self._pending += 1
-        result = self._client.get_async(path, watch=self._on_node)
-        result.rawlink(lambda r: self._loaded_one(name, r))
+                if not self._to_load or self._in_flight >= LOAD_WINDOW:
+                    return
+                name = self._to_load.popleft()
+                self._in_flight += 1
+            result = self._client.get_async(f"{self._folder}/{name}", watch=self._on_node)
+            result.rawlink(lambda r, n=name: self._loaded_one(n, r))
 
     def _loaded_one(self, name: str, result: IAsyncResult) -> None:
         failed = False
@@ -208,8 +228,12 @@ class RecordCache(Generic[M]):
                 self._records.pop(name, None)
                 self._failed.discard(name)
             self._pending -= 1
+            self._in_flight -= 1
+            settled = self._pending == 0
             self._loaded.notify_all()
-        self._notify()
+        self._pump()
+        if settled:  # one notification for a bulk load, not one per record
+            self._notify()
 
     def _on_node(self, event: WatchedEvent) -> None:
         if event.type == EventType.NONE:

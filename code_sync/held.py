@@ -1,10 +1,12 @@
-"""The local index of what this replica holds: topology id -> digest, on disk.
+"""The local index of what this replica holds: topology id -> digest, and the ids whose
+holder node it registered, on disk.
 
 Written after every sync pass that changed it (temporary file, fsync, rename), read at
 start, so a restarted replica passes its code gate from its own disk at once instead of
-reading 10,000 records and checking 10,000 holder nodes first: seconds at that scale.
-Only a hint: every digest in it is verified against the store before it counts, and the
-first full pass after start corrects it either way.
+reading 10,000 records and checking 10,000 holder nodes first: seconds at that scale, all
+of it ahead of any other request of the process. Every digest in it is verified against
+the store before it counts; a registration is trusted as the running process trusts its
+own memory of it (holder nodes are persistent, and only this replica writes its own).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.names import DIGEST_RE
@@ -22,31 +25,41 @@ log = logging.getLogger(__name__)
 INDEX_NAME = ".held.json"
 
 
-def load(code_dir: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Index:
+    held: dict[str, str] = field(default_factory=dict)
+    registered: frozenset[str] = frozenset()
+
+
+def load(code_dir: Path) -> Index:
     """The saved index; empty when there is none or it does not parse (never an error)."""
     path = code_dir / INDEX_NAME
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}
+        return Index()
     except (OSError, ValueError) as e:
         log.warning("ignoring the held index %s: %s", path, e)
-        return {}
-    if not isinstance(raw, dict):
-        return {}
-    return {
+        return Index()
+    if not isinstance(raw, dict) or not isinstance(raw.get("held"), dict):
+        return Index()
+    held = {
         str(tid): str(digest)
-        for tid, digest in raw.items()
+        for tid, digest in raw["held"].items()
         if isinstance(digest, str) and DIGEST_RE.fullmatch(digest)
     }
+    registered = raw.get("registered")
+    ids = frozenset(str(r) for r in registered) if isinstance(registered, list) else frozenset()
+    return Index(held, ids)
 
 
-def save(code_dir: Path, held: dict[str, str]) -> None:
+def save(code_dir: Path, index: Index) -> None:
     code_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{INDEX_NAME}.", dir=code_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(held, out, separators=(",", ":"), sort_keys=True)
+            body = {"held": index.held, "registered": sorted(index.registered)}
+            json.dump(body, out, separators=(",", ":"), sort_keys=True)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, code_dir / INDEX_NAME)

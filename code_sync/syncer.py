@@ -86,7 +86,7 @@ class CodeSyncer:
         # survives sessions), and ids known to be held here with their digest.
         self._registered: set[str] = set()
         self._held_ids: dict[str, str] = {}
-        self._saved_held: dict[str, str] | None = None  # what the on-disk index says
+        self._saved: held_index.Index | None = None  # what the on-disk index says
         self._membership = Membership(client, replica_id, timeout=10.0)
         self._interval = interval
         self._gc_grace = gc_grace
@@ -233,11 +233,12 @@ class CodeSyncer:
         the code gate can then pass at start without reading every record first.
         Returns how many topologies it primed."""
         saved = held_index.load(self.store.root)
-        good = {d for d in set(saved.values()) if self._has(d)}
-        primed = {tid: d for tid, d in saved.items() if d in good}
+        good = {d for d in set(saved.held.values()) if self._has(d)}
+        primed = {tid: d for tid, d in saved.held.items() if d in good}
         with self._pass_lock:
             self._held_ids = {**primed, **self._held_ids}
-            self._saved_held = saved
+            self._registered |= saved.registered
+            self._saved = saved
         return len(primed)
 
     def _has(self, digest: str) -> bool:
@@ -253,9 +254,10 @@ class CodeSyncer:
                 # A pass over a partial view would take unloaded topologies for gone ones.
                 raise ConnectionLoss("the record cache is not loaded yet")
             report = self._sync_once()
-            if self._held_ids != self._saved_held:
-                held_index.save(self.store.root, self._held_ids)
-                self._saved_held = dict(self._held_ids)
+            now = held_index.Index(dict(self._held_ids), frozenset(self._registered))
+            if now != self._saved:
+                held_index.save(self.store.root, now)
+                self._saved = now
             return report
 
     def _sync_once(self) -> SyncReport:

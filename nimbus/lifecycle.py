@@ -10,10 +10,11 @@ stored in the record, so a new leader finishes what the old one started
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -96,6 +97,7 @@ class Lifecycle:
 
         def change(base: records.StormBase) -> None:
             _require_running(base, "rebalance")
+            _require_known_components(base, request.component_parallelism)
             if base.status != records.REBALANCING:
                 base.status_before_rebalance = base.status
             base.status = records.REBALANCING
@@ -310,4 +312,18 @@ class LifecycleDuty:
             interval=self._interval,
             log=log,
             first_pass_at_once=False,
+        )
+
+
+def _require_known_components(base: records.StormBase, asked: Mapping[str, int]) -> None:
+    """A rebalance may only name components of the topology's graph (recorded at submit)."""
+    known = set(base.component_parallelism)
+    if not known:
+        return  # recorded without a graph (validation off): nothing to judge against
+    for component in sorted(set(asked) - known):
+        close = difflib.get_close_matches(component, sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise _invalid(
+            f"topology {base.name!r} has no component {component!r}{hint} "
+            f"(its components: {', '.join(sorted(known))})"
         )
