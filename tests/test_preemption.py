@@ -1,8 +1,9 @@
 """Fenced preemption: a leader whose process is gone is replaced in about a second, not a
 session timeout; a leader that is only paused is not preempted.
 
-Figures (failover p50/p99 with and without preemption) are in ``bench/leader.py``; the
-bounds here are margins derived from the session timeout T, which only preemption meets.
+Figures (failover p50/p99 with and without preemption) are in ``bench/leader.py``: 0.6 s at
+both T = 4 s and 20 s on this machine. The bound here is the same for both timeouts and
+leaves room for a loaded 2-core CI box; waiting for expiry could never meet it at T = 20 s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import pytest
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.waiting import wait_until
+
+#: Kill to an agreed new leader (whose take-office multi-op is its first fenced write).
+BOUND_S = 3.0
 
 
 def _three(spawn: Spawn, session_timeout: float) -> list[Replica]:
@@ -41,7 +45,7 @@ def test_a_killed_leader_is_preempted_long_before_its_session_expires(
     new = wait_for_agreed_leader(rest, timeout=session_timeout * 3, newer_than=epoch)
     took = time.monotonic() - killed_at
     assert new.replica_id != leader.address
-    assert took < session_timeout / 2 + 1, f"failover took {took:.2f}s at T={session_timeout}"
+    assert took < BOUND_S, f"failover took {took:.2f}s at T={session_timeout}"
 
 
 def test_a_leader_restarted_in_place_is_preempted_by_its_identity(
@@ -62,7 +66,7 @@ def test_a_leader_restarted_in_place_is_preempted_by_its_identity(
         rest = [r for r in replicas if r is not leader]
         new = wait_for_agreed_leader([*rest, again], timeout=60, newer_than=epoch)
         took = time.monotonic() - killed_at
-        assert took < session_timeout / 2, f"failover took {took:.2f}s at T={session_timeout}"
+        assert took < BOUND_S, f"failover took {took:.2f}s at T={session_timeout}"
         assert new.epoch > epoch
     finally:
         again.stop(signal.SIGKILL)
