@@ -59,6 +59,7 @@ class RecordCache(Generic[M]):
         # take-office multi-op among them) for seconds.
         self._to_load: collections.deque[str] = collections.deque()
         self._in_flight = 0
+        self._held_back = False  # ``hold_back``: queue reads, send none
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
@@ -102,6 +103,17 @@ class RecordCache(Generic[M]):
         with self._guard:
             complete = self._pending == 0 and not self._failed
             return frozenset(self._children), self._cversion, complete
+
+    def hold_back(self, hold: bool) -> None:
+        """Stop sending queued reads (True) until released (False).
+
+        For a replica that wins leadership while still loading: its take-office round trips
+        then wait behind nothing, and the CPU is theirs; the load resumes after.
+        """
+        with self._guard:
+            self._held_back = hold
+        if not hold:
+            self._pump()
 
     def wait_loaded(self, timeout: float) -> bool:
         """Block until the folder was listed and every child in it has been read once.
@@ -192,7 +204,7 @@ class RecordCache(Generic[M]):
         """Send queued reads while fewer than ``LOAD_WINDOW`` are in flight."""
         while True:
             with self._guard:
-                if not self._to_load or self._in_flight >= LOAD_WINDOW:
+                if not self._to_load or self._in_flight >= LOAD_WINDOW or self._held_back:
                     return
                 name = self._to_load.popleft()
                 self._in_flight += 1

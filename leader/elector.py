@@ -63,6 +63,7 @@ class Elector:
         on_elected: Elected | None = None,
         on_deposed: Deposed | None = None,
         leader_hint: Callable[[], str | None] | None = None,
+        taking_office: Callable[[bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
@@ -73,6 +74,9 @@ class Elector:
         self._on_elected = on_elected
         self._on_deposed = on_deposed
         self._leader_hint = leader_hint
+        # Told True on winning the lock and False once in office (or not): background work
+        # can step aside for the few round trips that decide how long there is no leader.
+        self._taking_office = taking_office or (lambda _on: None)
         self._wall_ms = wall_ms
         self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
         self._heartbeat = Heartbeat(
@@ -222,11 +226,21 @@ class Elector:
             return
         lock_node = f"{lock.path}/{lock.node}"
         self._note(f"won the lock ({lock.node})")
+        self._taking_office(True)
+        try:
+            epoch = self._office(lock, lock_node)
+        finally:
+            self._taking_office(False)
+        if epoch is not None:
+            self._serve(lock, lock_node, epoch)
+
+    def _office(self, lock: Lock, lock_node: str) -> int | None:
+        """The gate after winning, then the take-office multi-op: the new epoch, or None."""
         if self._stopping.is_set():
-            return
+            return None
         if not self._gate_passes(GateStage.AFTER_WINNING):
             self._release(lock)
-            return
+            return None
         try:
             epoch = take_office(
                 self._client,
@@ -239,7 +253,7 @@ class Elector:
         except (NotLeaderError, WriteOutcomeUnknown) as e:
             self._note(f"could not take office: {e}")
             self._release(lock)
-            return
+            return None
         except KazooException:
             # A read failed (connection trouble). Forget this lock without a release
             # (kazoo's would retry, blocking, until the link is back); the next cycle
@@ -251,7 +265,7 @@ class Elector:
             raise
         self._epoch = epoch
         self._note(f"took office, epoch {epoch}")
-        self._serve(lock, lock_node, epoch)
+        return epoch
 
     def _serve(self, lock: Lock, lock_node: str, epoch: int) -> None:
         session = self._session_id()

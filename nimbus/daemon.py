@@ -123,6 +123,7 @@ class NimbusDaemon:
             on_elected=self._elected,
             on_deposed=self._deposed,
             leader_hint=self._leader_hint,
+            taking_office=self.storms.hold_back,  # a restart's record load steps aside
         )
         self.metrics = ReplicaMetrics(
             replica_id=config.replica_id,
@@ -335,8 +336,9 @@ class NimbusDaemon:
         self.elector.code_changed()
 
     def _elected(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
-        if not self.storms.wait_loaded(self.config.connect_timeout):
-            log.warning("leading before every record was read; duties start on a partial view")
+        # No wait for the record cache: a replica restarted moments ago may still be
+        # loading it, and every duty is safe on a partial view (a record not seen yet is
+        # neither scheduled away nor removed; removals are confirmed by a read).
         log.info("leading with epoch %d", epoch)
         writer.observer = self.metrics.fenced_write
         self.metrics.elected()
