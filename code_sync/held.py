@@ -28,7 +28,10 @@ INDEX_NAME = ".held.json"
 @dataclass(frozen=True)
 class Index:
     held: dict[str, str] = field(default_factory=dict)
+    #: Ids whose holder node ``replica`` registered: a code dir taken over by a replica of
+    #: another address (a new port, a new pod name) must register its own.
     registered: frozenset[str] = frozenset()
+    replica: str = ""
 
 
 def load(code_dir: Path) -> Index:
@@ -50,7 +53,7 @@ def load(code_dir: Path) -> Index:
     }
     registered = raw.get("registered")
     ids = frozenset(str(r) for r in registered) if isinstance(registered, list) else frozenset()
-    return Index(held, ids)
+    return Index(held, ids, str(raw.get("replica", "")))
 
 
 def save(code_dir: Path, index: Index) -> None:
@@ -58,7 +61,11 @@ def save(code_dir: Path, index: Index) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f"{INDEX_NAME}.", dir=code_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            body = {"held": index.held, "registered": sorted(index.registered)}
+            body = {
+                "held": index.held,
+                "registered": sorted(index.registered),
+                "replica": index.replica,
+            }
             json.dump(body, out, separators=(",", ":"), sort_keys=True)
             out.flush()
             os.fsync(out.fileno())

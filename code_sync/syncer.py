@@ -237,7 +237,8 @@ class CodeSyncer:
         primed = {tid: d for tid, d in saved.held.items() if d in good}
         with self._pass_lock:
             self._held_ids = {**primed, **self._held_ids}
-            self._registered |= saved.registered
+            if saved.replica == self._id:  # registrations are this identity's own
+                self._registered |= saved.registered
             self._saved = saved
         return len(primed)
 
@@ -254,7 +255,7 @@ class CodeSyncer:
                 # A pass over a partial view would take unloaded topologies for gone ones.
                 raise ConnectionLoss("the record cache is not loaded yet")
             report = self._sync_once()
-            now = held_index.Index(dict(self._held_ids), frozenset(self._registered))
+            now = held_index.Index(dict(self._held_ids), frozenset(self._registered), self._id)
             if now != self._saved:
                 held_index.save(self.store.root, now)
                 self._saved = now

@@ -258,3 +258,33 @@ def test_the_gates_memory_of_holderless_topologies_forgets_removed_ones(
         zk_client.delete(PATHS.storm(f"gone-{i}-1"))
     assert syncer.missing() == []
     assert not syncer.code_abandoned("gone-0-1"), "a removed topology is forgotten"
+
+
+def test_a_code_dir_taken_over_by_another_address_registers_its_own_holder_nodes(
+    zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The index's registrations belong to the identity that made them: a replica started
+    on the same code dir under a new address must register itself, or no live replica
+    would be named as a holder and nobody could fetch from it."""
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+    store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
+    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
+    digest = store.write([package.read_bytes()], expected_digest=None).digest
+    base = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
+    zk_client.create(PATHS.storm("wc-1-1"), base.SerializeToString())
+
+    def syncer(replica: str) -> CodeSyncer:
+        storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
+        storms.start()
+        return CodeSyncer(
+            zk_client, PATHS, replica, store, storms,
+            interval=1.0, gc_grace=600.0, code_wait=60.0,
+        )  # fmt: skip
+
+    syncer("old:1").sync_once()
+    assert zk_client.get_children(PATHS.code_holders("wc-1-1")) == ["old:1"]
+    moved = syncer("new:2")
+    assert moved.prime() == 1
+    moved.sync_once()
+    assert sorted(zk_client.get_children(PATHS.code_holders("wc-1-1"))) == ["new:2", "old:1"]
