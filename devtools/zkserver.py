@@ -736,7 +736,15 @@ class ZooKeeperCluster:
     def _spawn(self, node: _Node) -> None:
         command = self._command(node)
         env = self._env
-        preexec = _pdeathsig_preexec()
+        # ``setpriv --pdeathsig`` when there is one: a ``preexec_fn`` runs Python in the
+        # forked child, which aborts now and then in a process with gRPC threads (seen:
+        # "Fatal Python error: Aborted" in the child, the ZooKeeper node never started).
+        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+        if setpriv is not None:
+            command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+            preexec = None
+        else:
+            preexec = _pdeathsig_preexec()
 
         def make() -> subprocess.Popen[bytes]:
             with open(node.log_path, "ab") as log:

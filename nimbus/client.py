@@ -2,7 +2,8 @@
 
 What a user of the CLI or of this library gets, with default settings:
 
-- **A deadline governs each call, not a count of attempts**: 30 s for mutating calls,
+- **A deadline governs each call, not a count of attempts**: 30 s for mutating calls
+  (90 s plus the upload for a submit: the leader's check and replication come first),
   10 s for reads (``deadline=`` sets both). Within it, ``UNAVAILABLE`` (a refused
   connection, a dropped one, a replica that lost ZooKeeper or leadership mid-call) and
   redirects are retried with jittered backoff; a count of attempts remains only as a
@@ -46,6 +47,9 @@ Metadata = tuple[tuple[str, str], ...]
 _FORWARD: Metadata = ((FORWARD_METADATA_KEY, "1"),)
 
 MUTATE_DEADLINE_S = 30.0
+#: A submit's default deadline: the leader may take its sandboxed check (``--validate-
+#: timeout``, 20 s) and the wait for a second copy (``--replication-wait``, 30 s) first.
+SUBMIT_DEADLINE_S = 90.0
 READ_DEADLINE_S = 10.0
 PER_SEED_TIMEOUT_S = 1.0
 #: A leader whose call failed is skipped this long unless discovery names a newer term.
@@ -221,7 +225,8 @@ class NimbusClient:
         if not header.client_request_id:
             header.client_request_id = new_request_id()
         upload_s = header.package_size / MIN_UPLOAD_BYTES_PER_S
-        deadline = timeout if timeout is not None else self._mutate_deadline + upload_s
+        default = max(self._mutate_deadline, SUBMIT_DEADLINE_S) + upload_s
+        deadline = timeout if timeout is not None else default
 
         def requests() -> Iterator[pb.SubmitTopologyRequest]:
             yield pb.SubmitTopologyRequest(header=header)

@@ -26,7 +26,7 @@ CHUNK = 1024 * 1024
 
 TIMEOUT_HELP = (
     "seconds the whole call may take, retries through a failover included "
-    "(default: 30 for changes, plus upload time for a submit; 10 for reads)"
+    "(default: 30 for changes, 90 plus upload time for a submit; 10 for reads)"
 )
 
 

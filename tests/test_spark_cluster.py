@@ -13,7 +13,6 @@ load 15 from other suites (about 30 CPU-seconds in all: three JVMs, then the dri
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -49,13 +48,15 @@ MASTER_URL_RE = re.compile(r"Starting Spark master at (spark://\S+)")
 MASTER_UI_RE = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
 
 
-def _pdeathsig() -> None:
-    """``preexec_fn``: SIGKILL the child when the thread that forked it dies (Linux).
+def _pdeathsig() -> list[str]:
+    """A command prefix: SIGKILL the child when the thread that forked it dies (Linux).
 
-    pytest runs fixtures and tests in the main thread, so that is when this process ends.
+    ``setpriv`` (same pid, no Python in the forked child: a ``preexec_fn`` in a process
+    with gRPC threads was seen to abort the child). pytest runs fixtures and tests in the
+    main thread, so that is when this process ends.
     """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 @dataclass
@@ -111,13 +112,12 @@ def _spawn(name: str, args: list[str], folder: Path, env: dict[str, str]) -> Dae
     log = folder / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(SPARK_CLASS), *args],
+            [*_pdeathsig(), str(SPARK_CLASS), *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=folder,
             env=env,
-            preexec_fn=_pdeathsig,
             start_new_session=True,  # a group of its own: teardown stops it whole
         )
     return Daemon(name, proc, log)
@@ -206,7 +206,14 @@ def test_word_count_runs_on_a_standalone_cluster(
         "PYSPARK_PYTHON": sys.executable,  # the executor's Python workers: this venv
     }
     app_name = f"wordcount-{tmp_path.name}"
-    cmd = [sys.executable, "-m", "tests.procs.run_topology", "--package", str(package)]
+    cmd = [
+        *_pdeathsig(),
+        sys.executable,
+        "-m",
+        "tests.procs.run_topology",
+        "--package",
+        str(package),
+    ]
     cmd += ["--spark-master", standalone.master_url, "--checkpoint-dir", str(tmp_path / "ck")]
     cmd += ["--app-name", app_name, "--timeout", str(RUN_TIMEOUT)]
     done = subprocess.run(
@@ -216,7 +223,6 @@ def test_word_count_runs_on_a_standalone_cluster(
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT + 120,
-        preexec_fn=_pdeathsig,
     )
     assert done.returncode == 0, (
         f"runner exited {done.returncode}:\n{done.stderr[-4000:]}\n{standalone.logs()}"
