@@ -12,8 +12,10 @@ from typing import Any
 
 import grpc
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from cluster.errors import ZooKeeperUnavailableError
 from cluster.security import client as client_security
 from cluster.security.client import ClientSecurity
 from cluster.security.tls import ServerTls
@@ -61,6 +63,18 @@ CONNECT_TIMEOUT_MS = 1000
 #: Reconnect soon after a refusal: a leader restarted on the same address is reached within
 #: a second, not after gRPC's default backoff of up to two minutes.
 RECONNECT_BACKOFF_MS = (100, 1000)
+
+
+def connect(client: KazooClient, hosts: str, timeout: float) -> None:
+    """Start ``client``; on a timeout, close it and raise ``ZooKeeperUnavailableError``."""
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError as e:
+        client.stop()
+        client.close()
+        raise ZooKeeperUnavailableError(
+            f"could not reach ZooKeeper at {hosts} within {timeout:.0f}s"
+        ) from e
 
 
 def _message_options() -> list[tuple[str, Any]]:

@@ -60,6 +60,7 @@ class LeaderCache:
         self._epoch_record: records.LeaderEpoch | None = None
         self._lock_children: frozenset[str] = frozenset()
         self._nimbuses: dict[str, records.NimbusSummary] = {}
+        self._sessions: dict[str, int] = {}  # address -> the session that registered it
         self._watched_nimbuses: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
         # A DataWatch reads its node at once, retrying without bound while disconnected:
@@ -93,6 +94,11 @@ class LeaderCache:
         with self._guard:
             children = list(self._lock_children)
         return sorted(children, key=lock_sequence)
+
+    def nimbus_session(self, address: str) -> int | None:
+        """The session whose ephemeral ``/nimbuses/<address>`` node is there now."""
+        with self._guard:
+            return self._sessions.get(address)
 
     def nimbuses(self) -> dict[str, records.NimbusSummary]:
         with self._guard:
@@ -143,6 +149,7 @@ class LeaderCache:
             gone = self._watched_nimbuses - set(children)
             for name in gone:
                 self._nimbuses.pop(name, None)
+                self._sessions.pop(name, None)
             self._watched_nimbuses -= gone
             new = set(children) - self._watched_nimbuses
             self._watched_nimbuses |= new
@@ -163,10 +170,13 @@ class LeaderCache:
             with self._guard:
                 if name not in self._watched_nimbuses:
                     self._nimbuses.pop(name, None)
+                    self._sessions.pop(name, None)
                     return False  # stop watching a replica that left
-                if data is None:
+                if data is None or stat is None:
                     self._nimbuses.pop(name, None)
+                    self._sessions.pop(name, None)
                 else:
+                    self._sessions[name] = int(stat.ephemeralOwner)
                     try:
                         self._nimbuses[name] = records.NimbusSummary.FromString(data)
                     except DecodeError:

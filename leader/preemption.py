@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 
 from cluster.paths import Paths
 from cluster.threads import guarded
@@ -98,6 +98,7 @@ class Preemptor:
         self._clock = clock
         self._refused_since: float | None = None
         self._watching: str | None = None  # the lock node the evidence is about
+        self._term_session: int | None = None  # its owner, read once per lock node
         self._quiet_until = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -129,7 +130,7 @@ class Preemptor:
             return None
         address, lock_node = target
         if lock_node != self._watching:
-            self._watching, self._refused_since = lock_node, None
+            self._watching, self._refused_since, self._term_session = lock_node, None, None
         evidence = self._evidence(address, lock_node)
         if evidence is None or self._clock() < self._quiet_until:
             return None
@@ -179,16 +180,17 @@ class Preemptor:
         return None
 
     def _replaced(self, address: str, lock_node: str) -> str | None:
-        try:
+        """The registration comes from the leader cache's watch, the lock node's owner from
+        one read per term: probing ten times a second costs ZooKeeper nothing."""
+        if self._term_session is None:
             held = self._client.exists(lock_node)
-            registered = self._client.exists(self._paths.nimbus(address))
-        except NoNodeError:
-            return None
-        if held is None or registered is None:
-            return None
-        if int(held.ephemeralOwner) == int(registered.ephemeralOwner):
+            if held is None:
+                return None
+            self._term_session = int(held.ephemeralOwner)
+        registered = self._cache.nimbus_session(address)
+        if registered is None or registered == self._term_session:
             return None
         return (
-            f"a new process (session {int(registered.ephemeralOwner):#x}) serves {address}; "
-            f"the term's session {int(held.ephemeralOwner):#x} is not it"
+            f"a new process (session {registered:#x}) serves {address}; "
+            f"the term's session {self._term_session:#x} is not it"
         )

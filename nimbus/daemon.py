@@ -13,11 +13,10 @@ from collections.abc import Callable
 
 from grpc_health.v1 import health_pb2_grpc
 from kazoo.client import KazooClient, KazooState
-from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster.api import records, rpc
-from cluster.errors import ConfigError, ZooKeeperUnavailableError
-from cluster.factory import make_grpc_server, make_kazoo_client
+from cluster.errors import ConfigError
+from cluster.factory import connect, make_grpc_server, make_kazoo_client
 from cluster.recordcache import RecordCache
 from cluster.security import client as client_security
 from cluster.security.zkauth import warn_if_open
@@ -237,15 +236,7 @@ class NimbusDaemon:
         log.info("started in %s", steps)
 
     def _connect(self) -> None:
-        try:
-            self.client.start(timeout=self.config.connect_timeout)
-        except KazooTimeoutError as e:
-            self.client.stop()
-            self.client.close()
-            raise ZooKeeperUnavailableError(
-                f"could not reach ZooKeeper at {self.config.zookeeper} within "
-                f"{self.config.connect_timeout:.0f}s"
-            ) from e
+        connect(self.client, self.config.zookeeper, self.config.connect_timeout)
         self._started.append(self._close_client)
         check_session_timeout(self.client, self.config.session_timeout)
 
@@ -278,8 +269,7 @@ class NimbusDaemon:
         self.health.refresh()
         self.registry.stop()
         self.server.stop(grace).wait(grace + 1)
-        self.client.stop()
-        self.client.close()
+        self._close_client()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.pod_labeler is not None:

@@ -52,14 +52,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from cluster import __version__
 from cluster.api import records
-from cluster.errors import ConfigError, ZooKeeperUnavailableError
-from cluster.factory import make_kazoo_client
+from cluster.errors import ConfigError
+from cluster.factory import connect, make_kazoo_client
 from cluster.paths import Paths, parse_worker_name, valid_root, worker_name
 from cluster.reads import read_holders_of
 from cluster.security.zkauth import ZkAuth
@@ -237,15 +236,7 @@ class Supervisor:
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        try:
-            self.client.start(timeout=self.config.connect_timeout)
-        except KazooTimeoutError as e:
-            self.client.stop()
-            self.client.close()
-            raise ZooKeeperUnavailableError(
-                f"could not reach ZooKeeper at {self.config.zookeeper} within "
-                f"{self.config.connect_timeout:.0f}s"
-            ) from e
+        connect(self.client, self.config.zookeeper, self.config.connect_timeout)
         self.client.add_listener(self._on_state)
         ensure_folders(
             self.client,

@@ -134,8 +134,9 @@ def measure(cluster: KernelCluster, workload: CliWorkload, trials: list[Trial]) 
     """Fill in each trial's figures from the calls and ZooKeeper's own records."""
     calls = workload.snapshot()
     acks = sorted(c.end for c in calls if c.ok and c.op.mutating)
-    bounds = [t.start for t in trials[1:]] + [float("inf")]
-    for trial, next_start in zip(trials, bounds, strict=True):
+    starts = [t.start for t in trials]
+    bounds = zip([float("-inf"), *starts[1:]], [*starts[1:], float("inf")], strict=True)
+    for trial, (since, next_start) in zip(trials, bounds, strict=True):
         write = first_write_of(cluster, trial.epoch_after, trial.start)
         if write is not None:
             trial.failover_s = write - trial.start
@@ -146,9 +147,8 @@ def measure(cluster: KernelCluster, workload: CliWorkload, trials: list[Trial]) 
         if first is not None and last is not None:
             window = acks[last : first + 1]
             trial.unavailability_s = max(b - a for a, b in itertools.pairwise(window))
-        trial.failed = [
-            c for c in calls if not c.ok and trial.start - 60 <= c.end < next_start and c.end
-        ]
+        # Each failed call is counted once: in the trial whose window it ended in.
+        trial.failed = [c for c in calls if not c.ok and since <= c.end < next_start]
 
 
 def lost_or_duplicated(cluster: KernelCluster, workload: CliWorkload) -> list[str]:

@@ -134,9 +134,10 @@ def test_s2_catches_a_refused_retry_of_a_call_that_had_landed(
     assert len(found) == 1 and "a retry did not return the first outcome" in found[0], found
 
 
-def test_s3_catches_a_damaged_copy(zk_client: KazooClient, tmp_path: Path) -> None:
+def _three_copies(client: KazooClient, tmp_path: Path) -> tuple[list[Path], bytes, str]:
+    """The layout's folders, and one package stored verified on three replicas' stores."""
     for folder in PATHS.folders():
-        zk_client.ensure_path(folder)
+        client.ensure_path(folder)
     package = make_package({"topology.py": b"def build(): ...\n"}, tmp_path / "p.zip")
     data = package.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
@@ -144,6 +145,11 @@ def test_s3_catches_a_damaged_copy(zk_client: KazooClient, tmp_path: Path) -> No
     for store in stores:
         store.mkdir()
         (store / digest).write_bytes(data)
+    return stores, data, digest
+
+
+def test_s3_catches_a_damaged_copy(zk_client: KazooClient, tmp_path: Path) -> None:
+    stores, data, digest = _three_copies(zk_client, tmp_path)
     history = History()
     _, writer = _lead(zk_client, "me:1")
     _submit(writer, history, "a", digest)
@@ -165,15 +171,7 @@ def test_s3_catches_an_acknowledgement_before_enough_copies(
 ) -> None:
     """The final state has every copy (the replicas caught up later): only what was read
     at the acknowledgement shows that the leader answered with one copy."""
-    for folder in PATHS.folders():
-        zk_client.ensure_path(folder)
-    package = make_package({"topology.py": b"def build(): ...\n"}, tmp_path / "p.zip")
-    data = package.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    stores = [tmp_path / f"code-{i}" for i in range(3)]
-    for store in stores:
-        store.mkdir()
-        (store / digest).write_bytes(data)
+    stores, _, digest = _three_copies(zk_client, tmp_path)
     history = History()
     _, writer = _lead(zk_client, "me:1")
     call = _submit(writer, history, "a", digest)
