@@ -128,7 +128,9 @@ def s3_code(
     for call in history.ok_writes() if history is not None else []:
         if call.kind != "submit":
             continue
-        if len(call.holders_at_ack) < min_replicas or len(call.copies_at_ack) < min_replicas:
+        holders = call.holders_at_ack
+        too_few_holders = holders is not None and len(holders) < min_replicas
+        if too_few_holders or len(call.copies_at_ack) < min_replicas:
             found.append(
                 f"submit {call.name}: acknowledged with holders {call.holders_at_ack} and "
                 f"verified copies on {call.copies_at_ack}, fewer than {min_replicas}"

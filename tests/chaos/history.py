@@ -37,9 +37,10 @@ class Call:
     detail: str = ""
     # Replicas that answered "I am the leader" during the call, as they sent it.
     leader_claims: list[tuple[str, int]] = field(default_factory=list)
-    # An acknowledged submit's code holders read from ZooKeeper right after the ack, and
-    # the replicas whose store then held a verified copy.
-    holders_at_ack: list[str] = field(default_factory=list)
+    # An acknowledged submit's code holders read from ZooKeeper right after the ack (None
+    # when ZooKeeper could not be read then, e.g. without a quorum: no evidence either
+    # way), and the replicas whose store then held a verified copy.
+    holders_at_ack: list[str] | None = field(default_factory=list)
     copies_at_ack: list[int] = field(default_factory=list)
 
 

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kazoo.exceptions import NoNodeError
+
 from cluster.api import records
 from devtools.netns import Cut
 from tests.chaos.cli_workload import CliCall, CliWorkload
@@ -122,7 +124,10 @@ def first_write_of(cluster: KernelCluster, epoch: int, after: float) -> float | 
     folder = f"{ROOT}/requests"
     first: float | None = None
     for name in admin.get_children(folder):
-        data, stat = admin.get(f"{folder}/{name}")
+        try:
+            data, stat = admin.get(f"{folder}/{name}")
+        except NoNodeError:  # pruned by the leader's history bound since the listing
+            continue
         created = stat.ctime / 1000.0
         if created <= after or records.RequestOutcome.FromString(data).epoch != epoch:
             continue
@@ -156,8 +161,12 @@ def lost_or_duplicated(cluster: KernelCluster, workload: CliWorkload) -> list[st
     admin = cluster.admin()
     problems: list[str] = []
     by_name: dict[str, list[records.StormBase]] = {}
+    admin.sync(ROOT)
     for tid in admin.get_children(f"{ROOT}/storms"):
-        base = records.StormBase.FromString(admin.get(f"{ROOT}/storms/{tid}")[0])
+        try:
+            base = records.StormBase.FromString(admin.get(f"{ROOT}/storms/{tid}")[0])
+        except NoNodeError:  # a killed topology swept since the listing
+            continue
         by_name.setdefault(base.name, []).append(base)
     for name, bases in by_name.items():
         if len(bases) > 1:

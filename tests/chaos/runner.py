@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from cluster.paths import Paths
 from devtools.zkserver import ZooKeeperCluster
@@ -113,13 +113,16 @@ def _holders_at_ack(cluster: ChaosCluster) -> Callable[[Call], None]:
     admin_guard = threading.Lock()
 
     def observe(call: Call) -> None:
+        folder = Paths(ROOT).code_holders(call.topology_id)
         try:
             with admin_guard:
-                call.holders_at_ack = sorted(
-                    cluster.admin().get_children(Paths(ROOT).code_holders(call.topology_id))
-                )
-        except KazooException:
+                admin = cluster.admin()
+                admin.sync(ROOT)  # the server asked may lag the one the leader wrote to
+                call.holders_at_ack = sorted(admin.get_children(folder))
+        except NoNodeError:
             call.holders_at_ack = []
+        except KazooException:
+            call.holders_at_ack = None  # unreadable is not "no holders"; copies still judge
         call.copies_at_ack = verified_copies(code_dirs, call.digest)
 
     return observe
