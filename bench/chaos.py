@@ -65,6 +65,7 @@ def figures(result: RunResult) -> dict[str, Any]:
     heals = [w.after_heal for w in windows if w.after_heal is not None]
     verdicts = [met(kind.target, w, T) for w in windows]
     calls = result.history.calls
+    failovers = [f.failover_s for f in result.faults if f.failover_s is not None]
     return {
         "trials": len(result.faults),
         "recovered": sum(f.recovered for f in result.faults),
@@ -72,6 +73,8 @@ def figures(result: RunResult) -> dict[str, Any]:
         "violation_examples": {k: v[:5] for k, v in result.violations.items() if v},
         "unavailable_s": _spread(gaps),
         "unavailable_T": _spread([g / T for g in gaps]),
+        "failover_s": _spread(failovers),
+        "failed_calls": sum(c.outcome != "ok" for c in calls),
         "after_heal_s": _spread(heals),
         "leader_changes": sum(w.leader_changed for w in windows),
         "target": f"{TARGETS[kind.target][0]} {TARGETS[kind.target][1]}",
@@ -93,23 +96,28 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         f"{report['machine']['cores']} cores, {report['machine']['cpu_model']}; "
         f"{report['started']} to {report['finished']}. Unavailable: from the last "
         "acknowledged write before the fault to the first after it; after heal: from the "
-        "fault's undoing to the first acknowledged write. Violations S1/S2/S3/S4.",
+        "fault's undoing to the first acknowledged write; failover: from the fault to the new "
+        "leader's take-office write (ZooKeeper's ctime of /epochs/<n>); failed calls: calls "
+        "that ended in an error with the client's default deadlines. Violations S1/S2/S3/S4.",
         "",
         "| fault | trials | recovered | S1/S2/S3/S4 | unavailable p50 / p99 / max (s) "
-        "| in T (p99) | after heal p50 / max (s) | leader changes | target | met |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| in T (p99) | failover p50 / max (s) | failed calls | after heal p50 / max (s) "
+        "| leader changes | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in report["faults"].items():
         if "skipped" in f or "error" in f:
             why = f.get("skipped") or f"harness error: {f['error'][:120]}"
-            lines.append(f"| {name} | 0 | - | - | - | - | - | - | {why} | - |")
+            lines.append(f"| {name} | 0 | - | - | - | - | - | - | - | - | {why} | - |")
             continue
         v, u, h = f["violations"], f["unavailable_s"], f["after_heal_s"]
+        fo = f.get("failover_s") or {"p50": None, "max": None}
         met_text = f"{f['target_met']}/{f['target_applies']}" if f["target_applies"] else "n/a"
         lines.append(
             f"| {name} | {f['trials']} | {f['recovered']} | "
             f"{v['S1']}/{v['S2']}/{v['S3']}/{v['S4']} | {u['p50']} / {u['p99']} / {u['max']} | "
-            f"{f['unavailable_T']['p99']} | {h['p50']} / {h['max']} | {f['leader_changes']} | "
+            f"{f['unavailable_T']['p99']} | {fo['p50']} / {fo['max']} | {f['failed_calls']} | "
+            f"{h['p50']} / {h['max']} | {f['leader_changes']} | "
             f"{f['target']} | {met_text} |"
         )
     notes = report.get("notes", [])

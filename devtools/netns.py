@@ -36,6 +36,9 @@ class Cut(enum.Enum):
     #: Connections from one peer to the replica's gRPC port answered with a TCP reset,
     #: as if nothing listened: the false positive of the successor's preemption probe.
     REFUSE_PEER = "peer refused"
+    #: The replica cannot reach any other replica's gRPC port (code downloads, forwarding,
+    #: probes), while clients and ZooKeeper still reach it.
+    PEERS_GRPC = "gRPC to peers"
 
 
 def available() -> str | None:
@@ -129,6 +132,12 @@ class KernelNet:
             if not grpc_port:
                 raise ValueError("cutting clients needs the replica's gRPC port")
             rules.append(("INPUT", "-s", self.gateway, "-p", "tcp", "--dport", str(grpc_port)))
+        if what is Cut.PEERS_GRPC:
+            if not grpc_port:
+                raise ValueError("cutting the peers' gRPC needs the gRPC port")
+            subnet = f"{self.gateway.rsplit('.', 1)[0]}.0/24"
+            rules.append(("OUTPUT", "-o", "eth0", "-d", subnet, "-p", "tcp",
+                          "--dport", str(grpc_port)))  # fmt: skip
         for rule in rules:
             host.iptables("-A", *rule, "-j", "DROP")
         if what is Cut.REFUSE_PEER:
@@ -145,3 +154,33 @@ class KernelNet:
     def heal_all(self) -> None:
         for i in range(len(self.hosts)):
             self.heal(i)
+
+
+class LoopbackPortCut:
+    """Drop every loopback TCP segment to or from some ports, in a chain of its own.
+
+    Used to cut a ZooKeeper server's quorum and election ports (its peers' links to it)
+    while its client port keeps serving: the ensemble's servers all listen on 127.0.0.1.
+    """
+
+    def __init__(self, ports: list[int]) -> None:
+        self._ports = ports
+        self._chain = f"NIMBUS-CUT-{uuid.uuid4().hex[:6]}"
+        self._on = False
+
+    def cut(self) -> None:
+        _run("iptables", "-w", "-N", self._chain)
+        for port in self._ports:
+            for match in ("--dport", "--sport"):
+                _run("iptables", "-w", "-A", self._chain, "-p", "tcp", match, str(port),
+                     "-j", "DROP")  # fmt: skip
+        _run("iptables", "-w", "-I", "OUTPUT", "-o", "lo", "-j", self._chain)
+        self._on = True
+
+    def heal(self) -> None:
+        if not self._on:
+            return
+        _run("iptables", "-w", "-D", "OUTPUT", "-o", "lo", "-j", self._chain)
+        _run("iptables", "-w", "-F", self._chain)
+        _run("iptables", "-w", "-X", self._chain)
+        self._on = False

@@ -450,6 +450,11 @@ class ZooKeeperCluster:
         """Client port of every node, by index."""
         return [n.client_port for n in self._nodes]
 
+    def quorum_ports(self, i: int) -> list[int]:
+        """Node ``i``'s quorum (peer) and election ports: its links to the other servers."""
+        node = self._node(i)
+        return [node.peer_port, node.election_port]
+
     @property
     def connect_string(self) -> str:
         """``127.0.0.1:p1,127.0.0.1:p2,...`` for KazooClient's ``hosts``."""

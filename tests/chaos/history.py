@@ -58,11 +58,15 @@ class Fault:
     leader_after: int = -1  # the replica leading once recovered
     recovered: bool = False
     note: str = ""
+    # From the fault to the new leader taking office: the ctime ZooKeeper gave the
+    # ``/epochs/<n>`` node that the fenced take-office multi-op created. None: no new term.
+    failover_s: float | None = None
 
 
 @dataclass
 class History:
     t0: float = field(default_factory=time.monotonic)
+    wall0: float = field(default_factory=time.time)  # wall clock at t0 (ZooKeeper's ctimes)
     calls: list[Call] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     # (sent, received, replica, epoch): a replica answered "I am the leader" of that epoch.
@@ -71,6 +75,10 @@ class History:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def at_wall(self, wall: float) -> float:
+        """A wall-clock time (a ZooKeeper ctime) on this history's timeline."""
+        return wall - self.wall0
 
     def add(self, call: Call) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.netns import LoopbackPortCut
 from tests.chaos.harness import ChaosCluster, LeaderView
 from tests.chaos.history import Fault, History
 from tests.waiting import wait_until
@@ -30,6 +31,7 @@ class FaultKind:
     run: Inject
     target: str  # which acceptance figure applies: see ``availability.TARGETS``
     needs_root: bool = False
+    small_code_disks: bool = False  # the replicas' code dirs on small tmpfs mounts (root)
 
 
 class Nemesis:
@@ -181,6 +183,35 @@ def _zk_kill(role: str) -> Inject:
     return run
 
 
+#: Followers drop a silent ZooKeeper leader after syncLimit (about 5 s, ``zkserver``).
+ZK_PEER_CUT_ELECTION_S = 30.0
+
+
+def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """The kernel drops the ZooKeeper leader server's quorum and election traffic (its
+    client port still answers) until the other servers have elected a leader without it.
+    That election waits out connection timeouts to the silent server (about 25 s with
+    ZooKeeper's defaults), longer than the sessions, so the Nimbus replicas may queue
+    again: the target is that writes resume soon after the ensemble is whole again."""
+    zk = n.cluster.zk
+    victim = _zk_leader(n)
+    f.target = f"zk node {victim} (leader) cut from its peers"
+    cut = LoopbackPortCut(zk.quorum_ports(victim))
+    n.mark(f)
+    cut.cut()
+    try:
+        others = [i for i in range(zk.size) if i != victim]
+        wait_until(
+            lambda: any(zk.node_mode(i) == "leader" for i in others),
+            timeout=ZK_PEER_CUT_ELECTION_S,
+            interval=0.2,
+            message="the other ZooKeeper servers electing a leader",
+        )
+    finally:
+        cut.heal()
+        n.healed(f)
+
+
 def _quorum_loss(factor: float) -> Inject:
     def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         zk = n.cluster.zk
@@ -275,9 +306,10 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("clients-cut-leader", cut_clients, "heal+2"),
         FaultKind("zk-kill-follower", _zk_kill("follower"), "same-leader"),
         FaultKind("zk-kill-leader", _zk_kill("leader"), "same-leader"),
+        FaultKind("zk-cut-leader-from-peers", zk_cut_leader_from_peers, "heal+2", needs_root=True),
         FaultKind("zk-quorum-loss-T/2", _quorum_loss(0.5), "heal+2"),
         FaultKind("zk-quorum-loss-3T", _quorum_loss(3.0), "heal+2"),
         FaultKind("truncate-then-kill", truncate_then_kill, "T+2"),
-        FaultKind("disk-full-follower", disk_full, "none", needs_root=True),
+        FaultKind("disk-full-follower", disk_full, "none", needs_root=True, small_code_disks=True),
     )
 }

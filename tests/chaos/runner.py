@@ -72,7 +72,7 @@ def run_plan(
         workdir,
         f"/chaos-{uuid.uuid4().hex[:8]}",
         session_timeout=session_timeout,
-        tmpfs_code_dirs=any(k.needs_root for k in kinds),
+        tmpfs_code_dirs=any(k.small_code_disks for k in kinds),
     )
     history = History()
     try:
@@ -91,6 +91,7 @@ def run_plan(
             history.leadership = sampler.samples
         cluster.heal_all()
         cluster.wait_healthy(60)
+        _failovers(cluster, history)
         name = plan[0] if len(set(plan)) == 1 else "+".join(dict.fromkeys(plan))
         result = RunResult(name, session_timeout, history, list(history.faults), cluster=cluster)
         result.violations = final_check(cluster, history)
@@ -104,6 +105,21 @@ def run_plan(
             cluster.stop_replicas()
         else:
             cluster.stop()
+
+
+def _failovers(cluster: ChaosCluster, history: History) -> None:
+    """Each fault that made a new term: from the fault to that term's take-office write,
+    as ZooKeeper timed it (the ctime of ``/epochs/<n>``; same machine, same wall clock)."""
+    admin = cluster.admin()
+    paths = Paths(ROOT)
+    for fault in history.faults:
+        if fault.epoch_after <= fault.epoch_before:
+            continue
+        try:
+            _, stat = admin.get(paths.epoch(fault.epoch_before + 1))
+        except NoNodeError:
+            continue
+        fault.failover_s = round(history.at_wall(stat.ctime / 1000.0) - fault.start, 3)
 
 
 def _holders_at_ack(cluster: ChaosCluster) -> Callable[[Call], None]:

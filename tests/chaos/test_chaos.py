@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cluster.api import records
+from devtools.netns import available
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.availability import window
 from tests.chaos.checkers import s1_terms
@@ -81,4 +84,15 @@ def test_zookeeper_loses_its_leader_then_its_quorum(
     healthy_ensemble: ZooKeeperCluster, tmp_path: Path
 ) -> None:
     result = run_plan(healthy_ensemble, tmp_path, ["zk-kill-leader", "zk-quorum-loss-T/2"])
+    _assert_safe_and_recovered(result)
+
+
+@pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
+def test_zookeepers_leader_server_cut_from_its_peers_by_the_kernel(
+    healthy_ensemble: ZooKeeperCluster, tmp_path: Path
+) -> None:
+    """iptables drops the ZooKeeper leader server's quorum and election traffic: the
+    ensemble elects another server, nothing unsafe happens, and writes resume."""
+    result = run_plan(healthy_ensemble, tmp_path, ["zk-cut-leader-from-peers"])
+    assert [f.note for f in result.faults] == [""], "the other servers never elected a leader"
     _assert_safe_and_recovered(result)

@@ -185,12 +185,10 @@ def test_s3_catches_an_acknowledgement_before_enough_copies(
     call.holders_at_ack, call.copies_at_ack = ["me:1"], [0]  # acknowledged with one copy
     assert s3_code(state, copies, 2) == [], "the final state alone cannot see it"
     found = s3_code(state, copies, 2, history)
-    assert len(found) == 1 and "submit a: acknowledged with holders ['me:1']" in found[0]
-    # ZooKeeper unreadable at the ack (no quorum): the copies alone judge.
-    call.holders_at_ack, call.copies_at_ack = None, [0, 1, 2]
+    assert len(found) == 1 and "submit a: acknowledged with verified copies on [0]" in found[0]
+    # A stale or failed holder read (a ZooKeeper server cut from its peers) is no evidence.
+    call.holders_at_ack, call.copies_at_ack = [], [0, 1, 2]
     assert s3_code(state, copies, 2, history) == []
-    call.copies_at_ack = [2]
-    assert len(s3_code(state, copies, 2, history)) == 1
 
 
 def _old_s4(history: History) -> list[str]:

@@ -9,7 +9,9 @@ and replicas, and must not starve the cheap kills that time an outage. Every oth
 acknowledged submit is killed, so half the topologies stay active for S3; with nothing
 new to kill, a kill repeats on a killed topology (still a fenced write). A new package
 (digest) comes every few submits: each new digest costs the leader a validation run.
-Every call carries its own request id so the checkers can find the record it made.
+Every call carries its own request id so the checkers can find the record it made. Each
+client has the defaults a CLI user gets (deadlines, retries, hedged discovery, keepalive),
+so the figures are what a user sees.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ import grpc
 
 from cluster.api import pb
 from code_sync.package import make_package
-from nimbus.client import NimbusCallError, NimbusClient, NoLeaderError
+from nimbus.client import (
+    MUTATE_DEADLINE_S,
+    SUBMIT_DEADLINE_S,
+    NimbusCallError,
+    NimbusClient,
+    NoLeaderError,
+)
 from tests.chaos.history import Call, History
 
 # Refusals after which nothing was written; anything else may have landed.
@@ -64,8 +72,6 @@ class Workload:
         *,
         workers: int = 4,
         rate: float = 8.0,
-        op_deadline: float = 12.0,
-        submit_timeout: float = 4.0,
         package_every: int = 16,
         observe_ack: Callable[[Call], None] | None = None,
     ) -> None:
@@ -77,8 +83,6 @@ class Workload:
         self._dir = workdir / "packages"
         self._dir.mkdir(parents=True, exist_ok=True)
         self._period = 1.0 / rate
-        self._deadline = op_deadline
-        self._submit_timeout = submit_timeout
         self._package_every = package_every
         self._run_id = uuid.uuid4().hex[:6]
         self._stop = threading.Event()
@@ -113,7 +117,7 @@ class Workload:
             for _ in range(len(self._threads)):
                 ops.put(None)
         for t in self._threads:
-            t.join(timeout=self._deadline + 10)
+            t.join(timeout=MUTATE_DEADLINE_S + SUBMIT_DEADLINE_S + 10)
 
     # -- scheduling ---------------------------------------------------------------------
 
@@ -147,13 +151,7 @@ class Workload:
 
     def _work(self, worker: int, pool: int) -> None:
         ops, idle = self._pools[pool]
-        client = NimbusClient(
-            self._seeds,
-            call_timeout=1.0,
-            attempts=100_000,
-            deadline=self._deadline,
-            max_backoff=0.25,
-        )
+        client = NimbusClient(self._seeds)  # a user's defaults: deadlines, retries, hedging
         try:
             while (op := ops.get()) is not None:
                 kind, name = op
@@ -198,7 +196,7 @@ class Workload:
         )
 
         def run() -> None:
-            reply = client.submit(header, lambda: iter([data]), timeout=self._submit_timeout)
+            reply = client.submit(header, lambda: iter([data]))
             call.topology_id, call.reply_epoch = reply.topology_id, int(reply.epoch)
 
         self._record(client, call, run)
