@@ -62,8 +62,11 @@ class CheckLimits:
             )
 
 
-def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
-    """The topology's components (see ``pipeline.check.describe_graph``) when it is valid."""
+def check_package(
+    package: Path, limits: CheckLimits, config_json: str = ""
+) -> list[dict[str, Any]]:
+    """The topology's components (see ``pipeline.check.describe_graph``) when it is valid,
+    as ``build(config)`` makes them with the submitted topology config."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(REPO_ROOT),
@@ -86,6 +89,8 @@ def check_package(package: Path, limits: CheckLimits) -> list[dict[str, Any]]:
                 str(int(limits.timeout_s) + 1),
                 "--max-file-bytes",
                 str(MAX_FILE_BYTES),
+                "--config-json",
+                config_json or "{}",
             ],
             stdin=subprocess.DEVNULL,
             stdout=out,

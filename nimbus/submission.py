@@ -69,9 +69,10 @@ class Submitter:
         self._wall_s = wall_s
         self._counter = 0
         self._counter_lock = threading.Lock()
-        self._verdicts: dict[str, list[dict[str, Any]]] = {}  # digest -> graph, for valid ones
+        # (digest, config) -> graph, for valid ones: build(config) may differ per config
+        self._verdicts: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._verdicts_guard = threading.Lock()
-        self._checking: dict[str, threading.Lock] = {}  # digest -> the check in progress
+        self._checking: dict[tuple[str, str], threading.Lock] = {}  # the checks in progress
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
         writer = self._writer()
@@ -100,7 +101,7 @@ class Submitter:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"package rejected: {e}") from e
         except StoreError as e:
             raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"cannot store: {e}") from e
-        components = self._check(name, stored.digest)
+        components = self._check(name, stored.digest, header.config_json)
         new_id = self._new_id(name)
         own_node = self._paths.code_holder(new_id, self._config.replica_id)
         self._membership.hold(own_node, stored.digest.encode())
@@ -157,35 +158,36 @@ class Submitter:
 
     # -- steps --------------------------------------------------------------------------
 
-    def _check(self, name: str, digest: str) -> list[dict[str, Any]]:
+    def _check(self, name: str, digest: str, config_json: str) -> list[dict[str, Any]]:
         """Run the package's ``build()`` and the topology validation, sandboxed (see
         ``nimbus.package_check``); the graph it returns is kept in the record."""
         if self._config.validate_timeout == 0:
             return []
+        key = (digest, config_json)
         with self._verdicts_guard:
-            cached = self._verdicts.get(digest)
+            cached = self._verdicts.get(key)
             if cached is not None:
-                return cached  # same bytes, same topology: the check is not redone
-            one_at_a_time = self._checking.setdefault(digest, threading.Lock())
+                return cached  # same bytes and config, same topology: not redone
+            one_at_a_time = self._checking.setdefault(key, threading.Lock())
         with one_at_a_time:  # concurrent submits (retries) of one package share one check
-            cached = self._verdicts.get(digest)
+            cached = self._verdicts.get(key)
             if cached is not None:
                 return cached
             try:
-                components = self._run_check(name, digest)
+                components = self._run_check(name, digest, config_json)
             finally:
                 with self._verdicts_guard:
-                    self._checking.pop(digest, None)
+                    self._checking.pop(key, None)
             with self._verdicts_guard:
                 if len(self._verdicts) >= VERDICTS_KEPT:
                     self._verdicts.pop(next(iter(self._verdicts)))
-                self._verdicts[digest] = components
+                self._verdicts[key] = components
             return components
 
-    def _run_check(self, name: str, digest: str) -> list[dict[str, Any]]:
+    def _run_check(self, name: str, digest: str, config_json: str) -> list[dict[str, Any]]:
         limits = CheckLimits(self._config.validate_timeout, self._config.validate_memory_mib)
         try:
-            components = check_package(self._store.path(digest), limits)
+            components = check_package(self._store.path(digest), limits, config_json)
         except PackageInvalid as e:
             where = f" (component {e.component!r})" if e.component else ""
             raise ApiError(

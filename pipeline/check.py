@@ -43,14 +43,14 @@ def describe_graph(topology: Topology) -> list[dict[str, Any]]:
     ]
 
 
-def check(package: str) -> dict[str, Any]:
+def check(package: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
     # Imported here: pyspark (under the compiler) is only needed once a package is given.
     from pipeline.compiler import validate
     from pipeline.package import load_topology
 
     with tempfile.TemporaryDirectory(prefix="nimbus-check-") as unpack_to:
         try:
-            topology = load_topology(package, unpack_to=unpack_to)
+            topology = load_topology(package, unpack_to=unpack_to, config=config)
             validate(topology)
         except TopologyError as e:
             return {"ok": False, "component": e.component, "error": str(e)}
@@ -88,10 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mib", type=int, default=0, help="address-space limit")
     parser.add_argument("--cpu-s", type=int, default=0, help="CPU-time limit")
     parser.add_argument("--max-file-bytes", type=int, default=256 * 1024 * 1024)
+    parser.add_argument(
+        "--config-json", default="{}", help="the topology config build(config) is given"
+    )
     args = parser.parse_args(argv)
+    try:
+        config = json.loads(args.config_json)
+    except json.JSONDecodeError as e:
+        parser.error(f"--config-json is not valid JSON: {e}")
+    if not isinstance(config, dict):
+        parser.error("--config-json must be a JSON object")
     if args.memory_mib > 0 and args.cpu_s > 0:
         confine(args.memory_mib, args.cpu_s, args.max_file_bytes)
-    verdict = check(args.package)
+    verdict = check(args.package, config)
     sys.stdout.flush()
     # The verdict is the last line: whatever build() printed comes before it.
     print("\n" + json.dumps(verdict), flush=True)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from code_sync.errors import PackageRejected, StoreError
 from code_sync.package import MAX_ACCEPTED_PACKAGE_BYTES, TOPOLOGY_ENTRY, validate_package
@@ -58,11 +61,19 @@ def unpack_package(package: str | Path, dest: str | Path | None = None) -> Path:
     return root.resolve()
 
 
-def load_topology(package: str | Path, *, unpack_to: str | Path | None = None) -> Topology:
-    """Import the package's ``topology.py``, call ``build()`` and return its topology.
+def load_topology(
+    package: str | Path,
+    *,
+    unpack_to: str | Path | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> Topology:
+    """Import the package's ``topology.py``, call ``build(config)`` (or ``build()`` when
+    it takes no argument) and return its topology.
 
-    Raises ``TopologyError`` when the topology is malformed and ``PackageError`` when the
-    package cannot be opened or imported, or ``build()`` fails or returns something else.
+    ``config`` is the topology config submitted with it (``nimbus submit --config-json``),
+    a fresh dict on every call, ``{}`` when none was given. Raises ``TopologyError`` when
+    the topology is malformed and ``PackageError`` when the package cannot be opened or
+    imported, or ``build()`` fails or returns something else.
     """
     root = unpack_package(package, unpack_to)
     module = _import_topology_module(root)
@@ -70,7 +81,7 @@ def load_topology(package: str | Path, *, unpack_to: str | Path | None = None) -
     if not callable(build):
         raise PackageError(f"{root / TOPOLOGY_ENTRY} defines no build() function")
     try:
-        topology = build()
+        topology = build(dict(config or {})) if _takes_config(build) else build()
     except TopologyError:
         raise
     except (Exception, SystemExit) as e:
@@ -83,6 +94,20 @@ def load_topology(package: str | Path, *, unpack_to: str | Path | None = None) -
             "not a Topology (use pipeline.api.TopologyBuilder and return builder.build())"
         )
     return topology
+
+
+def _takes_config(build: Callable[..., Any]) -> bool:
+    """Whether ``build`` accepts one positional argument: the topology config."""
+    try:
+        parameters = inspect.signature(build).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it bare
+        return False
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(p.kind in positional for p in parameters)
 
 
 def _import_topology_module(root: Path) -> ModuleType:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -37,7 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -205,6 +208,20 @@ class Worker:
                 os._exit(EXIT_NO_ZOOKEEPER)
             self.beat()
 
+    def topology_config(self) -> dict[str, Any]:
+        """The config submitted with the topology (``--config-json``), for ``build(config)``."""
+        try:
+            data, _ = self._client.get(self._paths.storm(self.topology_id))
+            text = records.StormBase.FromString(data).config_json
+            config = json.loads(text) if text.strip() else {}
+        except (KazooException, DecodeError, ValueError) as e:
+            raise PipelineRunError(
+                f"cannot read the config of topology {self.topology_id}: {e}"
+            ) from e
+        if not isinstance(config, dict):
+            raise PipelineRunError(f"the config of topology {self.topology_id} is not an object")
+        return config
+
     def run(
         self, package: Path, state_dir: Path, spark_master: str, checkpoint: Path | None = None
     ) -> int:
@@ -219,7 +236,7 @@ class Worker:
         try:
             if self.stop_requested.is_set():
                 return EXIT_OK
-            topology = load_topology(root)
+            topology = load_topology(root, config=self.topology_config())
             self.set_status("waiting for the claim")
             try:
                 token = self.claim.acquire(self.stop_requested)

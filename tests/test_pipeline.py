@@ -477,3 +477,20 @@ def test_spark_refusing_an_expression_names_the_bolt(
     with pytest.raises(TopologyError, match=r"'keep': Spark refused it"):
         run(builder.build(), spark, tmp_path / "checkpoint")
     assert not spark.streams.active
+
+
+def test_build_gets_the_submitted_config_when_it_takes_one(tmp_path: Path) -> None:
+    topology = load_topology(EXAMPLE, config={"parallelism": 5})
+    assert topology["count"].parallelism == 5
+    assert load_topology(EXAMPLE)["count"].parallelism == 2, "no config: the example's default"
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "topology.py").write_text(
+        "from pipeline.api import ConsoleSink, RateSpout, TopologyBuilder\n"
+        "def build(config):\n"
+        "    builder = TopologyBuilder()\n"
+        "    builder.set_spout('ticks', RateSpout(1))\n"
+        "    builder.set_bolt('print', ConsoleSink(), config['width']).shuffle_grouping('ticks')\n"
+        "    return builder.build()\n"
+    )
+    assert load_topology(given, config={"width": 3})["print"].parallelism == 3

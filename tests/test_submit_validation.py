@@ -112,3 +112,27 @@ def test_broken_and_hostile_topologies_are_refused_and_the_leader_keeps_serving(
     assert accepted.returncode == 0, accepted.stderr
     shown = json.loads(cli("describe", "good", "--seeds", leader.address, "--json").stdout)
     assert shown["component_parallelism"] == {"ticks": 1, "print": 1}
+
+
+def test_the_submitted_config_reaches_build_and_changes_the_pipeline(
+    leader: Replica, tmp_path: Path
+) -> None:
+    """``--config-json`` is what ``build(config)`` gets: the word-count example reads its
+    parallelism from it, and the recorded graph shows it; without it, the default holds."""
+    example = REPO / "examples" / "wordcount"
+    given = cli(
+        "submit", str(example), "--name", "wide", "--config-json", '{"parallelism": 3}',
+        "--seeds", leader.address,
+    )  # fmt: skip
+    assert given.returncode == 0, given.stderr
+    plain = cli("submit", str(example), "--name", "plain", "--seeds", leader.address)
+    assert plain.returncode == 0, plain.stderr
+
+    def shown(name: str) -> dict[str, int]:
+        described = cli("describe", name, "--seeds", leader.address, "--json")
+        assert described.returncode == 0, described.stderr
+        parallelism: dict[str, int] = json.loads(described.stdout)["component_parallelism"]
+        return parallelism
+
+    assert shown("wide")["count"] == 3 and shown("wide")["split"] == 3
+    assert shown("plain")["count"] == 2

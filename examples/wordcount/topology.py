@@ -4,11 +4,13 @@ sentences (files in a folder) -> split (SQL split, shuffle grouping)
 -> count (running count per word, fields grouping on ``word``) -> out (one file per batch).
 
 Configuration, first found wins per key:
-1. environment: ``WORDCOUNT_INPUT``, ``WORDCOUNT_OUTPUT``, ``WORDCOUNT_PARALLELISM``;
-2. ``config.json`` beside this file: ``{"input": ..., "output": ..., "parallelism": 2}``;
-3. defaults: input ``corpus/`` beside this file, output ``wordcount-output`` in the
+1. the topology config submitted with it: ``nimbus submit ... --config-json
+   '{"parallelism": 4}'`` (Nimbus calls ``build(config)``; same keys as ``config.json``);
+2. environment: ``WORDCOUNT_INPUT``, ``WORDCOUNT_OUTPUT``, ``WORDCOUNT_PARALLELISM``;
+3. ``config.json`` beside this file: ``{"input": ..., "output": ..., "parallelism": 2}``;
+4. defaults: input ``corpus/`` beside this file, output ``wordcount-output`` in the
    working directory, parallelism 2.
-Relative paths in ``config.json`` are relative to this file's folder.
+Relative paths in ``config.json`` or the submitted config are relative to this folder.
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ HERE = Path(__file__).resolve().parent
 WORD_SEPARATOR = r"[^a-z0-9']+"
 
 
-def config() -> dict[str, Any]:
+def config(submitted: dict[str, Any] | None = None) -> dict[str, Any]:
     """The effective settings (see the module docstring)."""
+    given = submitted or {}
     file_cfg: dict[str, Any] = {}
     cfg_path = HERE / "config.json"
     if cfg_path.is_file():
         file_cfg = json.loads(cfg_path.read_text())
 
     def path(key: str, env: str, default: Path) -> str:
+        if key in given:
+            return str(HERE / given[key])
         if env in os.environ:
             return os.environ[env]
         if key in file_cfg:
@@ -42,12 +47,16 @@ def config() -> dict[str, Any]:
     return {
         "input": path("input", "WORDCOUNT_INPUT", HERE / "corpus"),
         "output": path("output", "WORDCOUNT_OUTPUT", Path.cwd() / "wordcount-output"),
-        "parallelism": int(os.environ.get("WORDCOUNT_PARALLELISM", file_cfg.get("parallelism", 2))),
+        "parallelism": int(
+            given.get("parallelism")
+            or os.environ.get("WORDCOUNT_PARALLELISM", file_cfg.get("parallelism", 2))
+        ),
     }
 
 
-def build() -> Topology:
-    cfg = config()
+def build(submitted: dict[str, Any] | None = None) -> Topology:
+    """The topology; ``submitted`` is the config given with ``nimbus submit --config-json``."""
+    cfg = config(submitted)
     n = cfg["parallelism"]
     builder = TopologyBuilder()
     builder.set_spout("sentences", FilesSpout(cfg["input"], "line"))
