@@ -54,6 +54,12 @@ READ_DEADLINE_S = 10.0
 PER_SEED_TIMEOUT_S = 1.0
 #: A leader whose call failed is skipped this long unless discovery names a newer term.
 SUSPECT_HOLD_S = 1.0
+#: A leader-only call unanswered this long makes the client look, every HEDGE_EVERY_S,
+#: for a replica leading a newer term; if one does, the call is given up and re-sent
+#: there with the same request id. A frozen or stuck leader then costs about the
+#: failover, not a keepalive timeout plus a forward to the same frozen leader.
+HEDGE_AFTER_S = 1.0
+HEDGE_EVERY_S = 0.5
 #: The slowest upload a submit attempt allows for, on top of the call's deadline.
 MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
 SAFETY_ATTEMPTS = 10_000
@@ -197,9 +203,12 @@ class NimbusClient:
 
         def attempt(end: float) -> Any:
             address, metadata = self._route(end)
-            timeout = self._attempt_timeout(end)
+            epoch, timeout = self.max_epoch_seen, self._attempt_timeout(end)
             try:
-                return stub_method(self._stub(address))(request, timeout=timeout, metadata=metadata)
+                call = stub_method(self._stub(address)).future(
+                    request, timeout=timeout, metadata=metadata
+                )
+                return self._await_leader(call, address, epoch)
             except grpc.RpcError as e:
                 raise self._leader_failed(address, e, relayed=bool(metadata)) from e
 
@@ -235,10 +244,12 @@ class NimbusClient:
 
         def attempt(end: float) -> pb.SubmitTopologyResponse:
             address, metadata = self._route(end)
+            epoch = self.max_epoch_seen
             try:
-                reply: pb.SubmitTopologyResponse = self._stub(address).SubmitTopology(
+                call = self._stub(address).SubmitTopology.future(
                     requests(), timeout=max(0.1, end - self._clock()), metadata=metadata
                 )
+                reply: pb.SubmitTopologyResponse = self._await_leader(call, address, epoch)
             except grpc.RpcError as e:
                 raise self._leader_failed(address, e, relayed=bool(metadata)) from e
             return reply
@@ -273,6 +284,48 @@ class NimbusClient:
         return self._retrying(self._read_deadline, attempt)
 
     # -- internals ----------------------------------------------------------------------
+
+    def _await_leader(self, call: Any, address: str, epoch: int) -> Any:
+        """The reply of a leader-only ``call`` sent to ``address`` while ``epoch`` was the
+        newest term known; given up (``_Retry``) once another replica leads a newer one.
+
+        The call's own deadline still ends it; a failure is raised as its ``RpcError``.
+        """
+        look_at = self._clock() + HEDGE_AFTER_S
+        while True:
+            try:
+                return call.result(timeout=max(0.0, look_at - self._clock()))
+            except grpc.FutureTimeoutError:
+                pass
+            newer = self._newer_leader(epoch)
+            if newer is not None:
+                call.cancel()
+                raise _Retry(
+                    f"{address} did not answer within {HEDGE_AFTER_S:g}s and "
+                    f"{newer.replica_id} leads a newer term (epoch {newer.epoch})"
+                )
+            look_at = self._clock() + HEDGE_EVERY_S
+
+    def _newer_leader(self, epoch: int) -> pb.GetLeaderAddressResponse | None:
+        """A replica that says it leads a term newer than ``epoch``, now the one to call."""
+        try:
+            replies = self._ask_all(
+                lambda s, t: s.GetLeaderAddress.future(pb.GetLeaderAddressRequest(), timeout=t),
+                self._clock() + self._per_seed,
+            )
+        except _Retry:
+            return None
+        leading = [r for r in replies if r.responder_is_leader and r.epoch > epoch]
+        for reply in leading:
+            self.leader_claims.append((reply.responder, int(reply.epoch)))
+        if not leading:
+            return None
+        best: pb.GetLeaderAddressResponse = max(leading, key=lambda r: r.epoch)
+        if best.epoch < self.max_epoch_seen:
+            return None  # older than a term this client already saw
+        self.max_epoch_seen = int(best.epoch)
+        self._leader, self._suspect = best.replica_id, None
+        return best
 
     def _route(self, end: float) -> tuple[str, Metadata]:
         """Where to send a leader-only call: the leader, or a follower asked to forward

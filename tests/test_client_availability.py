@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from cluster.api import pb, records, rpc
 from cluster.factory import make_grpc_server
 from devtools.faultproxy import FaultProxy
 from fencing import WriteOutcomeUnknown
+from nimbus.client import NimbusClient
 from nimbus.grpc_errors import ErrorInterceptor
 from nimbus.grpc_metrics import MetricsInterceptor
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
@@ -273,3 +275,71 @@ def test_a_follower_forwards_a_leader_only_call_when_asked_and_never_twice(
         request, timeout=10, metadata=(("nimbus-forward", "1"),)
     )
     assert again.epoch == reply.epoch, "the same request id: the first outcome"
+
+
+# -- the client: a stuck leader is given up once a newer term answers -----------------------
+
+
+class _Replica(rpc.NimbusServicer):
+    """A replica as the client sees it: who it says leads, and what a kill does on it."""
+
+    def __init__(self, address: str, epoch: int, *, stuck: bool) -> None:
+        self.address, self.epoch, self.stuck = address, epoch, stuck
+        self.leading = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.kills: list[str] = []
+
+    def GetLeaderAddress(
+        self, request: pb.GetLeaderAddressRequest, context: grpc.ServicerContext
+    ) -> pb.GetLeaderAddressResponse:
+        return pb.GetLeaderAddressResponse(
+            replica_id=self.address if self.leading.is_set() else "",
+            epoch=self.epoch if self.leading.is_set() else 0,
+            responder=self.address,
+            responder_is_leader=self.leading.is_set(),
+        )
+
+    def KillTopology(
+        self, request: pb.KillTopologyRequest, context: grpc.ServicerContext
+    ) -> pb.TopologyActionResponse:
+        self.kills.append(request.client_request_id)
+        self.entered.set()
+        if self.stuck:  # a leader stuck mid-call (on ZooKeeper, say): still answers pings
+            self.release.wait(120)
+        return pb.TopologyActionResponse(name=request.name, status=records.KILLED, epoch=self.epoch)
+
+
+def test_a_call_stuck_on_a_deposed_leader_moves_to_the_newer_term() -> None:
+    """The leader of epoch 1 takes the kill and never answers (its process alive, so no
+    keepalive ends the call); meanwhile another replica takes office with epoch 2. The
+    call must be re-sent there with the same request id well within its deadline."""
+    servers = []
+    replicas: list[_Replica] = []
+    for epoch, stuck in ((1, True), (2, False)):
+        server, port = make_grpc_server("127.0.0.1:0", interceptors=[ErrorInterceptor()])
+        replica = _Replica(f"127.0.0.1:{port}", epoch, stuck=stuck)  # type: ignore[abstract]
+        rpc.add_NimbusServicer_to_server(replica, server)
+        server.start()
+        servers.append(server)
+        replicas.append(replica)
+    old, new = replicas
+    old.leading.set()
+
+    # The new term begins once the old leader is stuck in the call.
+    def new_term() -> None:
+        if old.entered.wait(30):
+            new.leading.set()
+
+    threading.Thread(target=new_term, daemon=True).start()
+    client = NimbusClient([old.address, new.address], deadline=20)
+    try:
+        reply = client.kill(pb.KillTopologyRequest(name="t", client_request_id="rid-1"))
+        assert reply.epoch == 2 and reply.status == records.KILLED
+        assert old.kills == ["rid-1"] and new.kills == ["rid-1"], "re-sent with its request id"
+        assert client.max_epoch_seen == 2
+    finally:
+        client.close()
+        old.release.set()
+        for server in servers:
+            server.stop(0)
