@@ -224,21 +224,26 @@ def test_the_example_package_loads_with_its_config(
         assert topology["count"].inputs == (Grouping("split", GroupingKind.FIELDS, ("word",)),)
 
 
-def test_broken_packages_are_refused(tmp_path: Path) -> None:
+def test_a_folder_without_topology_py_is_refused(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(PackageError, match=r"no topology\.py"):
         load_topology(tmp_path / "empty")
-    cases = {
-        "nobuild": ("x = 1\n", r"defines no build\(\)"),
-        "none": ("def build():\n    return None\n", "returned NoneType, not a Topology"),
-        "raises": ("def build():\n    raise ValueError('boom')\n", "raised ValueError"),
-        "syntax": ("def build(:\n", "importing .* raised SyntaxError"),
-    }
-    for name, (code, message) in cases.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "topology.py").write_text(code)
-        with pytest.raises(PackageError, match=message):
-            load_topology(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("x = 1\n", r"defines no build\(\)"),
+        ("def build():\n    return None\n", "returned NoneType, not a Topology"),
+        ("def build():\n    raise ValueError('boom')\n", "raised ValueError"),
+        ("def build(:\n", "importing .* raised SyntaxError"),
+    ],
+    ids=["nobuild", "none", "raises", "syntax"],
+)
+def test_broken_packages_are_refused(tmp_path: Path, code: str, message: str) -> None:
+    (tmp_path / "topology.py").write_text(code)
+    with pytest.raises(PackageError, match=message):
+        load_topology(tmp_path)
 
 
 def _files(root: Path) -> list[Path]:

@@ -99,18 +99,23 @@ def test_config_is_an_object_with_safe_keys_or_a_named_refusal(text: str) -> Non
     assert all(k and len(k) <= 128 and k.isascii() and "/" not in k for k in value)
 
 
-def test_config_limits_are_named() -> None:
-    deep = '{"a": ' * (MAX_CONFIG_DEPTH + 1) + "1" + "}" * (MAX_CONFIG_DEPTH + 1)
-    cases = {
-        deep: "nests 9 deep",
-        '{"a b": 1}': "key 'a b' is not",
-        "[1]": "must be a JSON object, got list",
-        "{": "not valid JSON",
-        json.dumps({"k": "x" * 70_000}): "over the 65536-byte limit",
-    }
-    for text, message in cases.items():
-        with pytest.raises(ApiError, match=message):
-            check_topology_config(text)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": ' * (MAX_CONFIG_DEPTH + 1) + "1" + "}" * (MAX_CONFIG_DEPTH + 1), "nests 9 deep"),
+        ('{"a b": 1}', "key 'a b' is not"),
+        ("[1]", "must be a JSON object, got list"),
+        ("{", "not valid JSON"),
+        (json.dumps({"k": "x" * 70_000}), "over the 65536-byte limit"),
+    ],
+    ids=["deep", "bad-key", "not-object", "not-json", "too-big"],
+)
+def test_config_limits_are_named(text: str, message: str) -> None:
+    with pytest.raises(ApiError, match=message):
+        check_topology_config(text)
+
+
+def test_a_good_config_and_header_limits() -> None:
     assert check_topology_config('{"topology.debug": false}') == {"topology.debug": False}
     with pytest.raises(ApiError, match=r"workers must be between 1 and 4096 \(0: one\), got -1"):
         check_submit_header(pb.SubmitHeader(num_workers=-1))

@@ -192,6 +192,20 @@ def test_credentials_nodes_are_readable_only_by_their_topology_even_when_world_r
     assert service.exists(Paths(ROOT).credential(b)) is not None
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("justauser", "must be 'user:password'"),
+        ("svc:", "password is empty"),
+        ("s v c:pw", "without ':' or whitespace"),
+    ],
+    ids=["no-colon", "empty-password", "space-user"],
+)
+def test_a_malformed_zk_credentials_file_is_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_zk_auth(str(write_secret(tmp_path / "secret", text)), environ={})
+
+
 def test_zk_credentials_come_from_a_file_or_the_environment(tmp_path: Path) -> None:
     good = write_secret(tmp_path / "good", "svc:pw\n")
     assert load_zk_auth(str(good), environ={}) == ZkAuth("svc", "pw")
@@ -199,14 +213,6 @@ def test_zk_credentials_come_from_a_file_or_the_environment(tmp_path: Path) -> N
     assert load_zk_auth(environ={SECRET_ENV: "env:pw2"}) == ZkAuth("env", "pw2")
     assert load_zk_auth(environ={}) is None
     assert "pw" not in repr(ZkAuth("svc", "pw"))
-    cases = {
-        "no-colon": ("justauser", "must be 'user:password'"),
-        "empty-password": ("svc:", "password is empty"),
-        "space-user": ("s v c:pw", "without ':' or whitespace"),
-    }
-    for name, (text, message) in cases.items():
-        with pytest.raises(ConfigError, match=message):
-            load_zk_auth(str(write_secret(tmp_path / name, text)), environ={})
     with pytest.raises(ConfigError, match="cannot read ZooKeeper auth file"):
         load_zk_auth(str(tmp_path / "missing"), environ={})
     with pytest.raises(ConfigError, match="needs ZooKeeper auth"):
