@@ -172,6 +172,9 @@ def run_describe(args: argparse.Namespace) -> int:
         "code_replicas": list(s.code_replicas),
         "num_workers": s.num_workers,
         "uptime_s": round(s.uptime_s, 1),
+        "failing": s.failing,
+        "last_error": s.last_error,
+        "worker_restarts": s.worker_restarts,
         "component_parallelism": dict(detail.component_parallelism),
         "components": json.loads(detail.components_json) if detail.components_json else [],
         "workers": [
@@ -181,6 +184,10 @@ def run_describe(args: argparse.Namespace) -> int:
                 "host": w.host,
                 "state": w.state,
                 "heartbeat_age_s": round(w.heartbeat_age_s, 1),
+                "last_error": w.last_error,
+                "failures_in_a_row": w.failures_in_a_row,
+                "restarts": w.restarts,
+                "log": w.log_path,
             }
             for w in detail.workers
         ],
@@ -207,6 +214,9 @@ def topology_row(t: pb.TopologySummary) -> dict[str, Any]:
         "num_workers": t.num_workers,
         "code_replicas": len(t.code_replicas),
         "uptime_s": round(t.uptime_s, 1),
+        "failing": t.failing,
+        "worker_restarts": t.worker_restarts,
+        "last_error": t.last_error,
     }
 
 
@@ -221,11 +231,15 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'NAME':<24} {'STATUS':<13} {'WORKERS':>7} {'REPLICAS':>8} {'ID'}")
+    print(
+        f"{'NAME':<24} {'STATUS':<16} {'WORKERS':>7} {'REPLICAS':>8} {'RESTARTS':>8} "
+        f"{'ID':<32} LAST ERROR"
+    )
     for r in rows:
+        status = f"{r['status']} (failing)" if r["failing"] else r["status"]
         print(
-            f"{r['name']:<24} {r['status']:<13} {r['num_workers']:>7} "
-            f"{r['code_replicas']:>8} {r['id']}"
+            f"{r['name']:<24} {status:<16} {r['num_workers']:>7} {r['code_replicas']:>8} "
+            f"{r['worker_restarts']:>8} {r['id']:<32} {r['last_error'][:80]}"
         )
     return 0
 

@@ -16,6 +16,7 @@ from cluster.apierror import ApiError
 from cluster.names import check_name
 from cluster.paths import Paths, worker_name
 from cluster.reads import live_replicas, read_holders_of, read_storms
+from pipeline.failures import FAILING_AFTER
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,11 @@ def _summary(
 ) -> pb.TopologySummary:
     holders = read_holders_of(client, paths, topology_id, live)
     now_ms = int(time.time() * 1000)
+    beats = sorted(_worker_beats(client, paths, topology_id), key=lambda b: -b.time_ms)
+    last_error = next((b.last_error for b in beats if b.last_error), "")
+    if not last_error:
+        newest = recent_errors(client, paths, topology_id, limit=1)
+        last_error = newest[0].message if newest else ""
     return pb.TopologySummary(
         id=topology_id,
         name=base.name,
@@ -40,7 +46,25 @@ def _summary(
         num_workers=base.num_workers,
         code_replicas=[r for r in holders.replicas if holders.digest == base.digest],
         owner=base.owner,
+        last_error=last_error,
+        failing=any(b.failures_in_a_row >= FAILING_AFTER for b in beats),
+        worker_restarts=sum(b.restarts for b in beats),
     )
+
+
+def _worker_beats(
+    client: KazooClient, paths: Paths, topology_id: str
+) -> list[records.WorkerHeartbeat]:
+    """Every heartbeat of the topology's slots (its workers', or their supervisors')."""
+    try:
+        names = client.get_children(paths.workerbeats_of(topology_id))
+    except NoNodeError:
+        return []
+    beats = (
+        _read(client, paths.workerbeat(topology_id, name), records.WorkerHeartbeat)
+        for name in names
+    )
+    return [b for b in beats if b is not None]
 
 
 def list_topologies(client: KazooClient, paths: Paths) -> pb.ListTopologiesResponse:
@@ -103,6 +127,10 @@ def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
                     host=slot.host,
                     state=beat.status if beat else "no heartbeat",
                     heartbeat_age_s=(now_ms - beat.time_ms) / 1000.0 if beat else -1.0,
+                    last_error=beat.last_error if beat else "",
+                    failures_in_a_row=beat.failures_in_a_row if beat else 0,
+                    restarts=beat.restarts if beat else 0,
+                    log_path=beat.log_path if beat else "",
                 )
             )
     detail.errors.extend(recent_errors(client, paths, topology_id))

@@ -69,6 +69,7 @@ from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership, ensure_folders
 from pipeline import adopt
+from pipeline.failures import take_failure
 
 log = logging.getLogger(__name__)
 
@@ -176,9 +177,15 @@ class _Worker:
     started_at: float = 0.0
     stop_sent_at: float | None = None
     killed: bool = False
-    failures: int = 0
+    failures: int = 0  # in a row: a run longer than HEALTHY_RUN resets it
+    restarts: int = 0
+    last_error: str = ""
     next_start: float = 0.0
     status: str = STARTING
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "worker.log"
 
     @property
     def pid(self) -> int | None:
@@ -340,6 +347,11 @@ class Supervisor:
                 beat = records.WorkerHeartbeat(
                     topology_id=tid, supervisor_id=self.id, slot=slot, time_ms=now, status=status
                 )
+                worker = self._workers.get(tid)
+                if worker is not None and worker.slot == slot:
+                    beat.last_error, beat.restarts = worker.last_error, worker.restarts
+                    beat.failures_in_a_row = worker.failures if worker.last_error else 0
+                    beat.log_path = str(worker.log_path)
                 self._membership.put(path, beat.SerializeToString(deterministic=True))
             if self._rescan:
                 self._rescan = False  # before the scan: a session change during it asks again
@@ -534,11 +546,14 @@ class Supervisor:
             "--spark-master", self.config.spark_master,
             "--host", self.config.host,
             "--suspended-fraction", str(self.config.suspended_fraction),
+            "--last-error", worker.last_error, "--restarts", str(worker.restarts),
+            "--failures-in-a-row", str(worker.failures if worker.last_error else 0),
+            "--log-path", str(worker.log_path),
         ]  # fmt: skip
         if self.config.checkpoint_dir:
             checkpoint = Path(self.config.checkpoint_dir) / worker.topology_id
             cmd += ["--checkpoint-dir", str(checkpoint)]
-        with (worker.folder / "worker.log").open("ab") as out, self._workers_lock:
+        with worker.log_path.open("ab") as out, self._workers_lock:
             if self._stop.is_set():
                 return
             # A session of its own: the worker's JVM and Python helpers share its group id.
@@ -629,18 +644,24 @@ class Supervisor:
                 adopt.forget(worker.folder)
                 return
         adopt.forget(worker.folder)
+        why = take_failure(worker.folder) or f"the worker exited with code {code}"
         with self._workers_lock:
             ran = now - worker.started_at
             worker.failures = 1 if ran >= HEALTHY_RUN else worker.failures + 1
+            worker.restarts += 1
+            worker.last_error = why
             self._restarts += 1
             delay = self._backoff(worker.failures)
             worker.next_start = now + delay
-            worker.status = f"restarting: worker exited with code {code}, next in {delay:.1f}s"
+            worker.status = (
+                f"restarting in {delay:.1f}s after {worker.failures} failure(s) in a row: {why}"
+            )
         log.warning(
-            "worker of %s exited with code %d after %.1fs; restarting in %.1fs",
+            "worker of %s exited with code %d after %.1fs (%s); restarting in %.1fs",
             worker.topology_id,
             code,
             ran,
+            why,
             delay,
         )
 

@@ -55,6 +55,7 @@ from pipeline.activity import Activity
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer
 from pipeline.errors import PipelineError, PipelineRunError
+from pipeline.failures import one_line, record_failure
 from pipeline.graph import Topology
 from pipeline.package import load_topology, unpack_package
 from pipeline.runner import TopologyRun, run
@@ -101,6 +102,16 @@ class _Progress:
             self.last_batch[sink] = seen
 
 
+@dataclass(frozen=True)
+class FailureHistory:
+    """The slot's earlier failures, as its supervisor counted them; in every heartbeat."""
+
+    last_error: str = ""
+    failures_in_a_row: int = 0
+    restarts: int = 0
+    log_path: str = ""
+
+
 class Worker:
     """Runs the query and beats; ``main`` wires it to flags and signals."""
 
@@ -115,8 +126,11 @@ class Worker:
         heartbeat_interval: float,
         session_timeout: float,
         claim: SlotClaim,
+        history: FailureHistory | None = None,
     ) -> None:
         self.topology_id = topology_id
+        self.history = history or FailureHistory()
+        self.failure: str | None = None  # why the query failed, one line
         self.supervisor_id = supervisor_id
         self.slot = slot
         self.stop_requested = threading.Event()
@@ -184,6 +198,11 @@ class Worker:
             rows_processed=progress.rows,
             last_batch_id=progress.last_batch_id,
             status=status,
+            last_error=self.history.last_error,
+            # A committed batch ends a run of failures: the pipeline works again.
+            failures_in_a_row=0 if progress.batches else self.history.failures_in_a_row,
+            restarts=self.history.restarts,
+            log_path=self.history.log_path,
         )
         try:
             self._membership.put(self._path, beat.SerializeToString(deterministic=True))
@@ -320,6 +339,7 @@ class Worker:
                     reason, code = refusal, EXIT_FENCED
                     break
                 log.error("%s: the query ended: %s", self.topology_id, failure)
+                self.failure = one_line(failure) if failure is not None else "the query ended"
                 return EXIT_FAILED
         if reason is None:  # asked to stop: a claim already at risk still means fenced
             reason = self.claim.stop_reason() or self.claim.publish_refusal()
@@ -366,6 +386,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop once SUSPENDED this fraction of the session timeout",
     )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    history = p.add_argument_group("what the supervisor knows of the slot's earlier workers")
+    history.add_argument("--last-error", default="", help="why the last one failed")
+    history.add_argument("--failures-in-a-row", type=int, default=0)
+    history.add_argument("--restarts", type=int, default=0)
+    history.add_argument("--log-path", default="", help="this worker's log, for describe")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -410,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval=args.heartbeat_interval,
         session_timeout=args.session_timeout,
         claim=claim,
+        history=FailureHistory(
+            args.last_error, args.failures_in_a_row, args.restarts, args.log_path
+        ),
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -424,11 +452,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint = Path(args.checkpoint_dir) if args.checkpoint_dir else None
         code = worker.run(Path(args.package), Path(args.state_dir), args.spark_master, checkpoint)
         end = {EXIT_OK: "stopped", EXIT_FENCED: "fenced off: claim lost"}.get(
-            code, "failed: the query ended"
+            code, f"failed: {worker.failure or 'the query ended'}"
         )
+        if code == EXIT_FAILED:
+            record_failure(Path(args.state_dir), worker.failure or "the query ended")
     except PipelineError as e:
         log.error("%s", e)
-        end = f"failed: {e}"
+        end = f"failed: {one_line(e)}"
+        record_failure(Path(args.state_dir), one_line(e))
     finally:
         worker.finish_beating(end)
         client.stop()

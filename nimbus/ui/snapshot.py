@@ -22,6 +22,7 @@ from nimbus.ui.graph import GraphCache
 from nimbus.ui.holders import DEPTH as HOLDERS_DEPTH
 from nimbus.ui.holders import code_holders
 from nimbus.ui.mirror import ZkMirror
+from pipeline.failures import FAILING_AFTER
 
 Json = dict[str, Any]
 M = TypeVar("M", bound=Message)
@@ -194,8 +195,10 @@ class ClusterView:
             live=set(self._s.nimbuses()),
         )
         errors = self._errors()
+        beats = self._beats()
         rows = [
             self._topology_row(tid, base, assignments.get(tid), holders[tid], errors.get(tid), now)
+            | _failure_fields(beats.get(tid, []), now)
             for tid, base in storms.items()
         ]
         return sorted(rows, key=lambda r: str(r["name"]))
@@ -259,11 +262,21 @@ class ClusterView:
             return recorded
         return self._s.graphs.get(base.digest) if base.digest else None
 
-    def _workers(self, tid: str, assignment: records.Assignment | None, now: int) -> list[Json]:
-        beats = _parse(
+    def _beats(self) -> dict[str, list[records.WorkerHeartbeat]]:
+        """topology id -> the heartbeats of its slots."""
+        by_topology: dict[str, list[records.WorkerHeartbeat]] = {}
+        for rel, beat in self._worker_beats().items():
+            by_topology.setdefault(rel.split("/", 1)[0], []).append(beat)
+        return by_topology
+
+    def _worker_beats(self) -> dict[str, records.WorkerHeartbeat]:
+        return _parse(
             self._s.mirror.subtree(self._s.paths.workerbeats, depth=2),
             records.WorkerHeartbeat.FromString,
         )
+
+    def _workers(self, tid: str, assignment: records.Assignment | None, now: int) -> list[Json]:
+        beats = self._worker_beats()
         rows = []
         for slot in assignment.slots if assignment else []:
             name = worker_name(slot.supervisor_id, slot.slot)
@@ -278,6 +291,10 @@ class ClusterView:
                     "batches_committed": beat.batches_committed if beat else 0,
                     "rows_processed": beat.rows_processed if beat else 0,
                     "rows_per_s": self._rate(tid, name, beat) if beat else None,
+                    "last_error": beat.last_error if beat else "",
+                    "failures_in_a_row": beat.failures_in_a_row if beat else 0,
+                    "restarts": beat.restarts if beat else 0,
+                    "log": beat.log_path if beat else "",
                 }
             )
         return rows
@@ -346,6 +363,21 @@ def _recorded_graph(text: str) -> Json | None:
     if not isinstance(components, list) or not all(isinstance(c, dict) for c in components):
         return None
     return {"status": "ready", "components": components, "source": "record"}
+
+
+def _failure_fields(beats: list[records.WorkerHeartbeat], now: int) -> Json:
+    """A topology's worker failures as its slots' heartbeats report them."""
+    failing = any(b.failures_in_a_row >= FAILING_AFTER for b in beats)
+    fields: Json = {"failing": failing, "worker_restarts": sum(b.restarts for b in beats)}
+    newest = max((b for b in beats if b.last_error), key=lambda b: b.time_ms, default=None)
+    if newest is not None:  # a worker's failure: newer news than the recorded errors
+        fields["last_error"] = {
+            "component": "worker",
+            "message": newest.last_error,
+            "age_s": _age_s(now, newest.time_ms),
+            "host": newest.supervisor_id,
+        }
+    return fields
 
 
 def _error(error: records.ErrorInfo, now: int) -> Json:

@@ -157,7 +157,7 @@ class ListTopologiesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TopologySummary(_message.Message):
-    __slots__ = ("id", "name", "status", "epoch", "digest", "launch_time_ms", "uptime_s", "num_workers", "code_replicas", "owner", "last_error")
+    __slots__ = ("id", "name", "status", "epoch", "digest", "launch_time_ms", "uptime_s", "num_workers", "code_replicas", "owner", "last_error", "failing", "worker_restarts")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,8 @@ class TopologySummary(_message.Message):
     CODE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILING_FIELD_NUMBER: _ClassVar[int]
+    WORKER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     status: _records_pb2.TopologyStatus
@@ -180,7 +182,9 @@ class TopologySummary(_message.Message):
     code_replicas: _containers.RepeatedScalarFieldContainer[str]
     owner: str
     last_error: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_records_pb2.TopologyStatus, str]] = ..., epoch: _Optional[int] = ..., digest: _Optional[str] = ..., launch_time_ms: _Optional[int] = ..., uptime_s: _Optional[float] = ..., num_workers: _Optional[int] = ..., code_replicas: _Optional[_Iterable[str]] = ..., owner: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
+    failing: bool
+    worker_restarts: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_records_pb2.TopologyStatus, str]] = ..., epoch: _Optional[int] = ..., digest: _Optional[str] = ..., launch_time_ms: _Optional[int] = ..., uptime_s: _Optional[float] = ..., num_workers: _Optional[int] = ..., code_replicas: _Optional[_Iterable[str]] = ..., owner: _Optional[str] = ..., last_error: _Optional[str] = ..., failing: _Optional[bool] = ..., worker_restarts: _Optional[int] = ...) -> None: ...
 
 class ListTopologiesResponse(_message.Message):
     __slots__ = ("topologies",)
@@ -220,18 +224,26 @@ class TopologyDetail(_message.Message):
     def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., components_json: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s")
+    __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s", "last_error", "failures_in_a_row", "restarts", "log_path")
     SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     supervisor_id: str
     slot: int
     host: str
     state: str
     heartbeat_age_s: float
-    def __init__(self, supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    last_error: str
+    failures_in_a_row: int
+    restarts: int
+    log_path: str
+    def __init__(self, supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., heartbeat_age_s: _Optional[float] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class GetClusterSummaryRequest(_message.Message):
     __slots__ = ()

@@ -163,7 +163,7 @@ class SupervisorInfo(_message.Message):
     def __init__(self, supervisor_id: _Optional[str] = ..., host: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., version: _Optional[str] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
-    __slots__ = ("topology_id", "supervisor_id", "slot", "time_ms", "batches_committed", "rows_processed", "last_batch_id", "status")
+    __slots__ = ("topology_id", "supervisor_id", "slot", "time_ms", "batches_committed", "rows_processed", "last_batch_id", "status", "last_error", "failures_in_a_row", "restarts", "log_path")
     TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
     SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,10 @@ class WorkerHeartbeat(_message.Message):
     ROWS_PROCESSED_FIELD_NUMBER: _ClassVar[int]
     LAST_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     topology_id: str
     supervisor_id: str
     slot: int
@@ -180,7 +184,11 @@ class WorkerHeartbeat(_message.Message):
     rows_processed: int
     last_batch_id: int
     status: str
-    def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+    last_error: str
+    failures_in_a_row: int
+    restarts: int
+    log_path: str
+    def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("component", "message", "time_ms", "host", "epoch")
