@@ -19,18 +19,11 @@ from kazoo.client import KazooClient
 from cluster.api import records
 from cluster.paths import Paths
 from code_sync.syncer import CodeSyncer
-from fencing import (
-    Create,
-    Delete,
-    FencedWriter,
-    Op,
-    run_duty,
-    stamp_epoch,
-)
+from fencing import FencedWriter, run_duty
+from fencing.error_log import append_error
 
 log = logging.getLogger(__name__)
 
-ERRORS_KEPT = 10
 COMPONENT = "nimbus"
 
 
@@ -122,30 +115,10 @@ class CodeMissingDuty:
         return True
 
     def _record_error(self, topology_id: str, message: str) -> None:
-        folder = self._paths.component_errors(topology_id, COMPONENT)
-        # The folders too are made inside the fenced multi-op: leader-only state, all of it.
-        ops: list[Op] = [
-            Create(path)
-            for path in (self._paths.errors_of(topology_id), folder)
-            if self._client.exists(path) is None
-        ]
         error = records.ErrorInfo(
             component=COMPONENT, message=message, time_ms=int(time.time() * 1000), host=self._id
         )
-        stamp_epoch(error, self._writer.token.epoch)
-        ops.append(
-            Create(
-                self._paths.component_error(topology_id, COMPONENT, "e"),
-                error.SerializeToString(deterministic=True),
-                sequence=True,
-            )
-        )
-        self._writer.batch(ops)
-        old = sorted(self._client.get_children(folder))[:-ERRORS_KEPT]
-        if old:  # keep the last ten, as Storm does; one multi-op
-            self._writer.batch(
-                [Delete(self._paths.component_error(topology_id, COMPONENT, n)) for n in old]
-            )
+        append_error(self._client, self._paths, self._writer, topology_id, error)
 
     def _run(self) -> None:
         run_duty(

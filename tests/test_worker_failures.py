@@ -1,0 +1,132 @@
+"""A topology whose bolt fails on a bad row: the user sees why, through every view.
+
+A replica, a supervisor and its Spark worker as processes. The package's bolt raises on
+a row with too few fields; the worker fails, its supervisor restarts it, it fails again.
+``nimbus describe --json``, ``nimbus list --json`` and the UI's JSON must show the error
+text and a failing topology (the status alone still says ACTIVE), and the worker log's
+path. The input folder reaches ``build(config)`` through ``--config-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from code_sync.package import make_package
+from tests.cluster import REPO, free_port, wait_for_agreed_leader
+from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.test_workers import add_input, cli
+from tests.waiting import wait_until
+
+FAILING_TOPOLOGY = b"""
+import pyarrow as pa
+
+from pipeline.api import ArrowMap, FileSink, FilesSpout, TopologyBuilder
+
+
+def checked(batch):
+    for line in batch.column("line").to_pylist():
+        if len(line.split(",")) < 3:
+            raise ValueError(f"short row {line!r}: 3 fields expected")
+    return batch
+
+
+def build(config):
+    builder = TopologyBuilder()
+    builder.set_spout("rows", FilesSpout(config["input"], "line"))
+    builder.set_bolt("check", ArrowMap(checked, "line string")).shuffle_grouping("rows")
+    builder.set_bolt("out", FileSink(config["output"])).global_grouping("check")
+    return builder.build()
+"""
+
+
+def _ui(port: int, name: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}/api/v1/topologies/{name}"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        found: dict[str, Any] = json.loads(reply.read())
+        return found
+
+
+@pytest.mark.timeout(600)  # two Spark starts at least; minutes on a busy machine
+def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
+    spawn: Spawn, zk_hosts: str, tmp_path: Path
+) -> None:
+    inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
+    inbox.mkdir()
+    add_input(inbox, "part-1.txt", ["a,b,c", "short,row", "d,e,f"])
+    package = make_package({"topology.py": FAILING_TOPOLOGY}, tmp_path / "failing.zip")
+    ui_port = free_port()
+    replica = spawn(extra=(*sync_flags(min_replicas=1, replicas=1), "--ui-port", str(ui_port)))
+    with (tmp_path / "supervisor.log").open("ab") as log:
+        supervisor = subprocess.Popen(
+            [
+                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
+                "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "1",
+                "--heartbeat-interval", "0.5", "--session-timeout", "6",
+                "--state-dir", str(state), "--worker-stop-timeout", "30",
+            ],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        seeds = replica.address
+        config = json.dumps({"input": str(inbox), "output": str(out)})
+        submitted = cli(
+            "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
+        )
+        assert submitted.returncode == 0, submitted.stderr
+
+        def described() -> dict[str, Any] | None:
+            done = cli("describe", "rows", "--seeds", seeds, "--json")
+            view: dict[str, Any] = json.loads(done.stdout)
+            return view if view["failing"] else None
+
+        view = wait_until(described, timeout=300, interval=1.0, message="a failing state")
+        assert view is not None
+        assert view["status"] == "ACTIVE"
+        assert "short row 'short,row': 3 fields expected" in view["last_error"], view
+        assert view["worker_restarts"] >= 2
+        (worker,) = view["workers"]
+        assert "short row" in worker["last_error"] and worker["failures_in_a_row"] >= 2
+        assert Path(worker["log"]).is_file(), "describe names the worker's log"
+        assert "short row" in Path(worker["log"]).read_text(errors="replace")
+
+        # The leader logs each failure as a topology error, kept after the slot moves.
+        logged = wait_until(
+            lambda: [
+                e
+                for e in json.loads(cli("describe", "rows", "--seeds", seeds, "--json").stdout)[
+                    "errors"
+                ]
+                if e["component"] == "worker" and "short row" in e["message"]
+            ],
+            timeout=60,
+            message="the failure in the topology's error log",
+        )
+        assert logged
+
+        (row,) = json.loads(cli("list", "--seeds", seeds, "--json").stdout)
+        assert row["failing"] and "short row" in row["last_error"]
+        listed = cli("list", "--seeds", seeds)
+        assert "(failing)" in listed.stdout and "short row" in listed.stdout
+
+        page = wait_until(
+            lambda: (t := _ui(ui_port, "rows")["topology"])["failing"] and t,
+            timeout=30,
+            message="the UI showing the topology failing",
+        )
+        assert "short row" in page["last_error"]["message"]
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        try:
+            supervisor.wait(60)
+        except subprocess.TimeoutExpired:
+            supervisor.kill()
+            supervisor.wait()
