@@ -8,6 +8,7 @@ from cluster.api import records
 from cluster.paths import Paths
 from fencing.error_log import ERRORS_KEPT
 from nimbus.failure_log import COMPONENT, FailureLog
+from pipeline.failures import one_line
 from tests.replica_fixtures import ROOT
 from tests.test_scheduler import lead
 
@@ -56,3 +57,18 @@ def test_each_reported_failure_is_logged_once_and_the_log_stays_bounded(
         _beat(zk_client, "wc-1", "sup-a-0", "ValueError: short row", restarts)
         log.record_new()
     assert len(_logged(zk_client, "wc-1")) == ERRORS_KEPT
+
+
+def test_the_line_shown_is_the_python_errors_own() -> None:
+    spark = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: Job aborted.\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/pkg/topology.py", line 9, in checked\n'
+        "    raise ValueError(f'short row {line!r}')\n"
+        "ValueError: short row 'a,b': 3 fields expected\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(x.scala:1)\n"
+    )
+    assert one_line(spark) == "ValueError: short row 'a,b': 3 fields expected"
+    assert one_line(RuntimeError("first line\nsecond")) == "first line"
+    assert one_line(KeyError()) == "KeyError"
+    assert len(one_line("x" * 5000)) == 500
