@@ -181,7 +181,10 @@ class Preemptor:
 
     def _replaced(self, address: str, lock_node: str) -> str | None:
         """The registration comes from the leader cache's watch, the lock node's owner from
-        one read per term: probing ten times a second costs ZooKeeper nothing."""
+        one read per term: probing ten times a second costs ZooKeeper nothing. Evidence is
+        only acted on once both owners are read again from ZooKeeper itself, after a sync:
+        a cache can hold a registration replaced while it was disconnected, and a false
+        "replaced" would depose a live leader (seen after a ZooKeeper leader election)."""
         if self._term_session is None:
             held = self._client.exists(lock_node)
             if held is None:
@@ -190,7 +193,15 @@ class Preemptor:
         registered = self._cache.nimbus_session(address)
         if registered is None or registered == self._term_session:
             return None
+        self._client.sync(self._paths.nimbuses)
+        held = self._client.exists(lock_node)
+        node = self._client.exists(self._paths.nimbus(address))
+        if held is None or node is None:
+            return None
+        self._term_session = int(held.ephemeralOwner)
+        if int(node.ephemeralOwner) == self._term_session:
+            return None
         return (
-            f"a new process (session {registered:#x}) serves {address}; "
+            f"a new process (session {int(node.ephemeralOwner):#x}) serves {address}; "
             f"the term's session {self._term_session:#x} is not it"
         )
