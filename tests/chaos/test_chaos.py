@@ -87,6 +87,7 @@ def test_zookeeper_loses_its_leader_then_its_quorum(
     _assert_safe_and_recovered(result)
 
 
+@pytest.mark.soak  # a ZooKeeper divergence it can provoke leaves no leader: see its fault
 @pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 def test_zookeepers_leader_server_cut_from_its_peers_by_the_kernel(
     healthy_ensemble: ZooKeeperCluster, tmp_path: Path
