@@ -247,7 +247,7 @@ class LifecycleDuty:
         if self._passes % FAILURES_EVERY == 0:
             changes += self._failures.record_new()
         if self._passes % SWEEP_EVERY == 0:
-            changes += sweep(self._client, self._paths, self._writer)
+            changes += sweep(self._client, self._paths, self._writer, now_ms=now)
         self._passes += 1
         return changes
 
