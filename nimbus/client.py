@@ -315,9 +315,8 @@ class NimbusClient:
             )
         except _Retry:
             return None
+        self._note_claims(replies)
         leading = [r for r in replies if r.responder_is_leader and r.epoch > epoch]
-        for reply in leading:
-            self.leader_claims.append((reply.responder, int(reply.epoch)))
         if not leading:
             return None
         best: pb.GetLeaderAddressResponse = max(leading, key=lambda r: r.epoch)
@@ -326,6 +325,13 @@ class NimbusClient:
         self.max_epoch_seen = int(best.epoch)
         self._leader, self._suspect = best.replica_id, None
         return best
+
+    def _note_claims(self, replies: list[pb.GetLeaderAddressResponse]) -> None:
+        """Keep the newest "I am the leader" answers, as sent (for the chaos checkers)."""
+        for reply in replies:
+            if reply.responder_is_leader:
+                self.leader_claims.append((reply.responder, int(reply.epoch)))
+        del self.leader_claims[:-1000]
 
     def _route(self, end: float) -> tuple[str, Metadata]:
         """Where to send a leader-only call: the leader, or a follower asked to forward
@@ -352,10 +358,7 @@ class NimbusClient:
         replies = self._ask_all(
             lambda s, t: s.GetLeaderAddress.future(pb.GetLeaderAddressRequest(), timeout=t), end
         )
-        for reply in replies:
-            if reply.responder_is_leader:
-                self.leader_claims.append((reply.responder, int(reply.epoch)))
-                del self.leader_claims[:-1000]
+        self._note_claims(replies)
         current = [r for r in replies if r.epoch >= self.max_epoch_seen]
         if not current:
             self._leader = None

@@ -4,22 +4,21 @@ A supervisor puts why its worker last failed, and how many times it restarted it
 the slot's heartbeat (``pipeline.failures``). Heartbeats go with their slot; the error
 log stays: each failure not yet logged (a restart count above the one last logged for
 that slot, or a message unlike the slot's newest logged error after a failover) is
-appended to ``/errors/<topology-id>/worker`` through the fenced writer.
+appended to ``/errors/<topology-id>/worker`` through the fenced writer. The scheduler
+hands over the heartbeats its pass has read anyway, so this reads none itself.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from cluster.api import records
 from cluster.paths import Paths
-from fencing import FencedWriter
+from fencing import FencedWriter, WriteConflictError
 from fencing.error_log import append_error, newest_error
 
 log = logging.getLogger(__name__)
@@ -42,12 +41,13 @@ class FailureLog:
         self._wall_ms = wall_ms
         self._logged: dict[tuple[str, str], int] = {}  # (topology id, slot) -> restarts
 
-    def record_new(self) -> list[str]:
-        """Log every failure reported since the last pass; returns what was logged."""
+    def record_new(self, beats: Iterable[tuple[str, str, records.WorkerHeartbeat]]) -> list[str]:
+        """Log every failure reported since the last pass, from (topology id, slot name,
+        heartbeat); returns what was logged. A write that conflicts is retried next pass."""
         logged: list[str] = []
-        for topology_id, slot, beat in self._failed_beats():
+        for topology_id, slot, beat in beats:
             key = (topology_id, slot)
-            if beat.restarts <= self._logged.get(key, -1):
+            if not beat.last_error or beat.restarts <= self._logged.get(key, 0):
                 continue
             message = f"{slot}: {beat.last_error} ({beat.restarts} restart(s))"
             newest = newest_error(self._client, self._paths, topology_id, COMPONENT)
@@ -57,28 +57,11 @@ class FailureLog:
             error = records.ErrorInfo(
                 component=COMPONENT, message=message, time_ms=self._wall_ms(), host=slot
             )
-            append_error(self._client, self._paths, self._writer, topology_id, error)
+            try:
+                append_error(self._client, self._paths, self._writer, topology_id, error)
+            except WriteConflictError as e:  # the topology went meanwhile, say
+                log.info("could not log a failure of %s yet: %s", topology_id, e)
+                continue
             self._logged[key] = beat.restarts
             logged.append(f"{topology_id}: {message}")
         return logged
-
-    def _failed_beats(self) -> list[tuple[str, str, records.WorkerHeartbeat]]:
-        found: list[tuple[str, str, records.WorkerHeartbeat]] = []
-        try:
-            topology_ids = sorted(self._client.get_children(self._paths.workerbeats))
-        except NoNodeError:
-            return []
-        for topology_id in topology_ids:
-            try:
-                slots = sorted(self._client.get_children(self._paths.workerbeats_of(topology_id)))
-            except NoNodeError:
-                continue
-            for slot in slots:
-                try:
-                    data, _ = self._client.get(self._paths.workerbeat(topology_id, slot))
-                    beat = records.WorkerHeartbeat.FromString(data)
-                except (NoNodeError, DecodeError):
-                    continue
-                if beat.last_error and beat.restarts > 0:
-                    found.append((topology_id, slot, beat))
-        return found

@@ -37,7 +37,6 @@ from fencing import (
     run_duty,
     stamp_epoch,
 )
-from nimbus.failure_log import FailureLog
 from nimbus.requests import recall, remember
 from nimbus.scheduler import rebalance_done
 from nimbus.sweeper import sweep
@@ -45,8 +44,6 @@ from nimbus.sweeper import sweep
 log = logging.getLogger(__name__)
 #: Lifecycle passes between two sweeps for orphan per-topology trees (one on taking office).
 SWEEP_EVERY = 60
-#: Lifecycle passes between two reads of the heartbeats for worker failures to log.
-FAILURES_EVERY = 5
 
 CurrentWriter = Callable[[], FencedWriter | None]
 Change = Callable[[records.StormBase], None]
@@ -223,7 +220,6 @@ class LifecycleDuty:
         self._interval = interval
         self._wall_ms = wall_ms
         self._passes = 0
-        self._failures = FailureLog(client, paths, writer, wall_ms=wall_ms)
         self._thread = threading.Thread(target=self._run, name="lifecycle", daemon=True)
 
     def start(self) -> None:
@@ -244,8 +240,6 @@ class LifecycleDuty:
                 self._finish_rebalance(topology_id)
                 changes.append(f"{topology_id}: rebalanced")
         self._prune_requests()
-        if self._passes % FAILURES_EVERY == 0:
-            changes += self._failures.record_new()
         if self._passes % SWEEP_EVERY == 0:
             changes += sweep(self._client, self._paths, self._writer, now_ms=now)
         self._passes += 1

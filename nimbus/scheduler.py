@@ -27,6 +27,7 @@ from cluster.errors import NimbusError
 from cluster.paths import Paths, parse_worker_name, worker_name
 from cluster.reads import read_storms, storm_readable
 from fencing import FencedWriter, WriteConflictError, run_duty
+from nimbus.failure_log import FailureLog
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +315,7 @@ class SchedulerDuty:
         self._started_ms = self._now_ms()
         self._wake = threading.Event()
         self._shortfall: dict[str, int] = {}
+        self._failures = FailureLog(client, paths, writer, wall_ms=self._now_ms)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
 
     @property
@@ -409,6 +411,14 @@ class SchedulerDuty:
         for tid, placed in result.assignments.items():
             in_use.setdefault(tid, set()).update(Slot(s.supervisor_id, s.slot) for s in placed)
         changes.extend(self._clean_heartbeats(storms, set(stored), in_use, beats, now))
+        changes.extend(
+            self._failures.record_new(
+                (tid, str(slot), beat)
+                for tid, slots in beats.items()
+                if tid in storms
+                for slot, beat in slots.items()
+            )
+        )
         return changes
 
     # -- writes ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from cluster.apierror import ApiError
 from cluster.names import check_name
 from cluster.paths import Paths, worker_name
 from cluster.reads import live_replicas, read_holders_of, read_storms
-from pipeline.failures import FAILING_AFTER
+from pipeline.failures import slot_failures
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +27,18 @@ def _summary(
     topology_id: str,
     base: records.StormBase,
     live: frozenset[str],
+    slot_beats: dict[str, records.WorkerHeartbeat] | None = None,
+    errors: list[records.ErrorInfo] | None = None,
 ) -> pb.TopologySummary:
+    """``slot_beats`` and ``errors`` when the caller has read them already."""
     holders = read_holders_of(client, paths, topology_id, live)
     now_ms = int(time.time() * 1000)
-    beats = sorted(_worker_beats(client, paths, topology_id), key=lambda b: -b.time_ms)
-    last_error = next((b.last_error for b in beats if b.last_error), "")
+    if slot_beats is None:
+        slot_beats = _worker_beats(client, paths, topology_id)
+    failures = slot_failures(slot_beats.values())
+    last_error = failures.newest.last_error if failures.newest is not None else ""
     if not last_error:
-        newest = recent_errors(client, paths, topology_id, limit=1)
+        newest = errors if errors is not None else recent_errors(client, paths, topology_id, 1)
         last_error = newest[0].message if newest else ""
     return pb.TopologySummary(
         id=topology_id,
@@ -47,24 +52,25 @@ def _summary(
         code_replicas=[r for r in holders.replicas if holders.digest == base.digest],
         owner=base.owner,
         last_error=last_error,
-        failing=any(b.failures_in_a_row >= FAILING_AFTER for b in beats),
-        worker_restarts=sum(b.restarts for b in beats),
+        failing=failures.failing,
+        worker_restarts=failures.restarts,
     )
 
 
 def _worker_beats(
     client: KazooClient, paths: Paths, topology_id: str
-) -> list[records.WorkerHeartbeat]:
-    """Every heartbeat of the topology's slots (its workers', or their supervisors')."""
+) -> dict[str, records.WorkerHeartbeat]:
+    """Slot name -> heartbeat, for every slot of the topology (its worker's, or its
+    supervisor's while no worker lives)."""
     try:
         names = client.get_children(paths.workerbeats_of(topology_id))
     except NoNodeError:
-        return []
-    beats = (
-        _read(client, paths.workerbeat(topology_id, name), records.WorkerHeartbeat)
+        return {}
+    beats = {
+        name: _read(client, paths.workerbeat(topology_id, name), records.WorkerHeartbeat)
         for name in names
-    )
-    return [b for b in beats if b is not None]
+    }
+    return {name: beat for name, beat in beats.items() if beat is not None}
 
 
 def list_topologies(client: KazooClient, paths: Paths) -> pb.ListTopologiesResponse:
@@ -104,8 +110,11 @@ def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
         raise ApiError(grpc.StatusCode.NOT_FOUND, f"no live topology named {name!r}") from e
     except (DecodeError, UnicodeDecodeError) as e:
         raise ApiError(grpc.StatusCode.DATA_LOSS, f"the record of {name!r} is damaged") from e
+    beats = _worker_beats(client, paths, topology_id)
+    errors = recent_errors(client, paths, topology_id)
+    live = live_replicas(client, paths)
     detail = pb.TopologyDetail(
-        summary=_summary(client, paths, topology_id, base, live_replicas(client, paths)),
+        summary=_summary(client, paths, topology_id, base, live, beats, errors),
         component_parallelism=dict(base.component_parallelism),
         config_json=base.config_json,
         components_json=base.components_json,
@@ -115,11 +124,7 @@ def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
         detail.assignment.CopyFrom(assignment)
         now_ms = int(time.time() * 1000)
         for slot in assignment.slots:
-            beat = _read(
-                client,
-                paths.workerbeat(topology_id, worker_name(slot.supervisor_id, slot.slot)),
-                records.WorkerHeartbeat,
-            )
+            beat = beats.get(worker_name(slot.supervisor_id, slot.slot))
             detail.workers.append(
                 pb.WorkerStatus(
                     supervisor_id=slot.supervisor_id,
@@ -133,7 +138,7 @@ def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
                     log_path=beat.log_path if beat else "",
                 )
             )
-    detail.errors.extend(recent_errors(client, paths, topology_id))
+    detail.errors.extend(errors)
     return detail
 
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+from cluster.api import records
 
 FAILURE_FILE = "failure.txt"
 #: A worker that failed this many times in a row, without committing a batch in between,
@@ -57,3 +61,21 @@ def take_failure(folder: Path) -> str | None:
     with contextlib.suppress(OSError):
         path.unlink()
     return line or None
+
+
+@dataclass(frozen=True)
+class SlotFailures:
+    """A topology's worker failures as its slots' heartbeats report them."""
+
+    failing: bool
+    restarts: int
+    newest: records.WorkerHeartbeat | None  # the heartbeat with the newest failure line
+
+
+def slot_failures(beats: Iterable[records.WorkerHeartbeat]) -> SlotFailures:
+    beats = list(beats)
+    return SlotFailures(
+        failing=any(b.failures_in_a_row >= FAILING_AFTER for b in beats),
+        restarts=sum(b.restarts for b in beats),
+        newest=max((b for b in beats if b.last_error), key=lambda b: b.time_ms, default=None),
+    )

@@ -188,6 +188,11 @@ class _Worker:
         return self.folder / "worker.log"
 
     @property
+    def failures_in_a_row(self) -> int:
+        """Failures since the last healthy run (waits for code are not failures)."""
+        return self.failures if self.last_error else 0
+
+    @property
     def pid(self) -> int | None:
         """The live (or not yet reaped) worker process, started here or adopted."""
         if self.proc is not None:
@@ -350,7 +355,7 @@ class Supervisor:
                 worker = self._workers.get(tid)
                 if worker is not None and worker.slot == slot:
                     beat.last_error, beat.restarts = worker.last_error, worker.restarts
-                    beat.failures_in_a_row = worker.failures if worker.last_error else 0
+                    beat.failures_in_a_row = worker.failures_in_a_row
                     beat.log_path = str(worker.log_path)
                 self._membership.put(path, beat.SerializeToString(deterministic=True))
             if self._rescan:
@@ -547,7 +552,7 @@ class Supervisor:
             "--host", self.config.host,
             "--suspended-fraction", str(self.config.suspended_fraction),
             "--last-error", worker.last_error, "--restarts", str(worker.restarts),
-            "--failures-in-a-row", str(worker.failures if worker.last_error else 0),
+            "--failures-in-a-row", str(worker.failures_in_a_row),
             "--log-path", str(worker.log_path),
         ]  # fmt: skip
         if self.config.checkpoint_dir:

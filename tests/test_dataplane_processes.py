@@ -40,12 +40,19 @@ from kazoo.exceptions import NoNodeError
 
 from cluster.api import records
 from cluster.paths import Paths
-from code_sync.package import make_package
 from devtools.faultproxy import FaultProxy
 from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
-from tests.test_workers import EXAMPLE, add_input, alive, cli, corpus, counted, output_counts
+from tests.test_workers import (
+    add_input,
+    alive,
+    cli,
+    corpus,
+    counted,
+    output_counts,
+    wordcount_package,
+)
 from tests.waiting import wait_until
 
 PATHS = Paths(ROOT)
@@ -177,14 +184,7 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
 ) -> None:
     inbox, out, checkpoints = tmp_path / "input", tmp_path / "output", tmp_path / "checkpoints"
     inbox.mkdir()
-    config = {"input": str(inbox), "output": str(out), "parallelism": 2}
-    package = make_package(
-        {
-            "topology.py": (EXAMPLE / "topology.py").read_bytes(),
-            "config.json": json.dumps(config).encode(),
-        },
-        tmp_path / "wordcount.zip",
-    )
+    package = wordcount_package(tmp_path, inbox, out)
     parts = [corpus(10 + i, 1500) for i in range(6)]
     fed: list[str] = []
 

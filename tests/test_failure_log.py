@@ -13,24 +13,26 @@ from tests.replica_fixtures import ROOT
 from tests.test_scheduler import lead
 
 PATHS = Paths(ROOT)
+Beat = tuple[str, str, records.WorkerHeartbeat]
 
 
-def _beat(client: KazooClient, tid: str, slot: str, error: str, restarts: int) -> None:
+def _beat(tid: str, slot: str, error: str, restarts: int) -> Beat:
+    """A slot's heartbeat as the scheduler's pass read it: (topology id, slot, beat)."""
     beat = records.WorkerHeartbeat(
         topology_id=tid, last_error=error, restarts=restarts, failures_in_a_row=restarts
     )
-    client.ensure_path(PATHS.workerbeats_of(tid))
-    path = PATHS.workerbeat(tid, slot)
-    if client.exists(path):
-        client.set(path, beat.SerializeToString())
-    else:
-        client.create(path, beat.SerializeToString())
+    return (tid, slot, beat)
 
 
 def _logged(client: KazooClient, tid: str) -> list[str]:
     folder = PATHS.component_errors(tid, COMPONENT)
     names = sorted(client.get_children(folder)) if client.exists(folder) else []
-    return [records.ErrorInfo.FromString(client.get(f"{folder}/{n}")[0]).message for n in names]
+    return [
+        records.ErrorInfo.FromString(
+            client.get(PATHS.component_error(tid, COMPONENT, n))[0]
+        ).message
+        for n in names
+    ]
 
 
 def test_each_reported_failure_is_logged_once_and_the_log_stays_bounded(
@@ -38,12 +40,12 @@ def test_each_reported_failure_is_logged_once_and_the_log_stays_bounded(
 ) -> None:
     _, writer = lead(zk_client, "leader:1")
     log = FailureLog(zk_client, PATHS, writer, wall_ms=lambda: 7)
-    _beat(zk_client, "wc-1", "sup-a-0", "ValueError: short row", 1)
-    _beat(zk_client, "ok-1", "sup-b-0", "", 0)  # a healthy slot: nothing to log
-    assert log.record_new() == ["wc-1: sup-a-0: ValueError: short row (1 restart(s))"]
-    assert log.record_new() == [], "the same failure is logged once"
-    _beat(zk_client, "wc-1", "sup-a-0", "ValueError: short row", 2)
-    assert len(log.record_new()) == 1
+    beats = [_beat("wc-1", "sup-a-0", "ValueError: short row", 1)]
+    beats.append(_beat("ok-1", "sup-b-0", "", 0))  # a healthy slot: nothing to log
+    assert log.record_new(beats) == ["wc-1: sup-a-0: ValueError: short row (1 restart(s))"]
+    assert log.record_new(beats) == [], "the same failure is logged once"
+    beats[0] = _beat("wc-1", "sup-a-0", "ValueError: short row", 2)
+    assert len(log.record_new(beats)) == 1
     assert _logged(zk_client, "wc-1") == [
         "sup-a-0: ValueError: short row (1 restart(s))",
         "sup-a-0: ValueError: short row (2 restart(s))",
@@ -52,10 +54,9 @@ def test_each_reported_failure_is_logged_once_and_the_log_stays_bounded(
     stored = zk_client.get(PATHS.component_error("wc-1", COMPONENT, first))[0]
     assert records.ErrorInfo.FromString(stored).epoch == writer.token.epoch, "fenced, stamped"
     # A new leader does not log again what an earlier one did.
-    assert FailureLog(zk_client, PATHS, writer).record_new() == []
+    assert FailureLog(zk_client, PATHS, writer).record_new(beats) == []
     for restarts in range(3, 3 + ERRORS_KEPT + 2):
-        _beat(zk_client, "wc-1", "sup-a-0", "ValueError: short row", restarts)
-        log.record_new()
+        log.record_new([_beat("wc-1", "sup-a-0", "ValueError: short row", restarts)])
     assert len(_logged(zk_client, "wc-1")) == ERRORS_KEPT
 
 

@@ -29,6 +29,18 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def wordcount_package(tmp_path: Path, inbox: Path, out: Path) -> Path:
+    """The word-count example zipped with a ``config.json`` naming its folders."""
+    config = {"input": str(inbox), "output": str(out), "parallelism": 2}
+    return make_package(
+        {
+            "topology.py": (EXAMPLE / "topology.py").read_bytes(),
+            "config.json": json.dumps(config).encode(),
+        },
+        tmp_path / "wordcount.zip",
+    )
+
+
 def add_input(inbox: Path, name: str, lines: list[str]) -> None:
     """Write elsewhere, then rename in: the files spout must never see half a file."""
     staging = inbox.parent / f".{name}"
@@ -63,14 +75,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
 ) -> None:
     inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
     inbox.mkdir()
-    config = {"input": str(inbox), "output": str(out), "parallelism": 2}
-    package = make_package(
-        {
-            "topology.py": (EXAMPLE / "topology.py").read_bytes(),
-            "config.json": json.dumps(config).encode(),
-        },
-        tmp_path / "wordcount.zip",
-    )
+    package = wordcount_package(tmp_path, inbox, out)
     first, second, third = corpus(1, 3000), corpus(2, 3000), corpus(3, 500)
     add_input(inbox, "part-1.txt", first)
 

@@ -22,7 +22,7 @@ from nimbus.ui.graph import GraphCache
 from nimbus.ui.holders import DEPTH as HOLDERS_DEPTH
 from nimbus.ui.holders import code_holders
 from nimbus.ui.mirror import ZkMirror
-from pipeline.failures import FAILING_AFTER
+from pipeline.failures import slot_failures
 
 Json = dict[str, Any]
 M = TypeVar("M", bound=Message)
@@ -367,9 +367,9 @@ def _recorded_graph(text: str) -> Json | None:
 
 def _failure_fields(beats: list[records.WorkerHeartbeat], now: int) -> Json:
     """A topology's worker failures as its slots' heartbeats report them."""
-    failing = any(b.failures_in_a_row >= FAILING_AFTER for b in beats)
-    fields: Json = {"failing": failing, "worker_restarts": sum(b.restarts for b in beats)}
-    newest = max((b for b in beats if b.last_error), key=lambda b: b.time_ms, default=None)
+    failures = slot_failures(beats)
+    fields: Json = {"failing": failures.failing, "worker_restarts": failures.restarts}
+    newest = failures.newest
     if newest is not None:  # a worker's failure: newer news than the recorded errors
         fields["last_error"] = {
             "component": "worker",

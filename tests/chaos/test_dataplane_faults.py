@@ -19,12 +19,18 @@ from pathlib import Path
 import pytest
 
 from cluster.paths import Paths
-from code_sync.package import make_package
 from devtools.netns import available
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import FAULTS
 from tests.test_dataplane_processes import ClaimHistory, Supervisor
-from tests.test_workers import EXAMPLE, add_input, cli, corpus, counted, output_counts
+from tests.test_workers import (
+    add_input,
+    cli,
+    corpus,
+    counted,
+    output_counts,
+    wordcount_package,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
@@ -49,14 +55,7 @@ def test_a_running_pipeline_rides_through_leader_faults_with_exact_counts(
 ) -> None:
     inbox, out = tmp_path / "input", tmp_path / "output"
     inbox.mkdir()
-    config = {"input": str(inbox), "output": str(out), "parallelism": 2}
-    package = make_package(
-        {
-            "topology.py": (EXAMPLE / "topology.py").read_bytes(),
-            "config.json": json.dumps(config).encode(),
-        },
-        tmp_path / "wordcount.zip",
-    )
+    package = wordcount_package(tmp_path, inbox, out)
     fed: list[str] = []
 
     def feed(i: int) -> None:
