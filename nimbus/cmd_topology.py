@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,9 +188,14 @@ def run_describe(args: argparse.Namespace) -> int:
                 "failures_in_a_row": w.failures_in_a_row,
                 "restarts": w.restarts,
                 "log": w.log_path,
+                "rows_processed": w.rows_processed,
+                "rows_per_s": round(w.rows_per_s, 1),
+                "partitioning_note": w.partitioning_note,
+                "components": [component_metrics(c) for c in w.components],
             }
             for w in detail.workers
         ],
+        "metrics": topology_metrics(detail.workers),
         "errors": [
             {"component": e.component, "message": e.message, "time_ms": e.time_ms}
             for e in detail.errors
@@ -202,6 +207,31 @@ def run_describe(args: argparse.Namespace) -> int:
         for key, value in view.items():
             print(f"{key:>14}: {value}")
     return 0
+
+
+def component_metrics(c: records.ComponentMetrics) -> dict[str, Any]:
+    return {
+        "component": c.component,
+        "rows": c.rows,
+        "skipped_rows": c.skipped_rows,
+        "rows_per_s": round(c.rows_per_s, 1),
+        "partitions": c.partitions,
+    }
+
+
+def topology_metrics(workers: Sequence[pb.WorkerStatus]) -> dict[str, dict[str, Any]]:
+    """Per component, summed over the topology's workers (their queries' own counts)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        for c in w.components:
+            m = merged.setdefault(
+                c.component, {"rows": 0, "skipped_rows": 0, "rows_per_s": 0.0, "partitions": 0}
+            )
+            m["rows"] += c.rows
+            m["skipped_rows"] += c.skipped_rows
+            m["rows_per_s"] = round(m["rows_per_s"] + c.rows_per_s, 1)
+            m["partitions"] += c.partitions
+    return merged
 
 
 def topology_row(t: pb.TopologySummary) -> dict[str, Any]:

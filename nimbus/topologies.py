@@ -136,6 +136,10 @@ def describe(client: KazooClient, paths: Paths, name: str) -> pb.TopologyDetail:
                     failures_in_a_row=beat.failures_in_a_row if beat else 0,
                     restarts=beat.restarts if beat else 0,
                     log_path=beat.log_path if beat else "",
+                    components=beat.components if beat else [],
+                    rows_processed=beat.rows_processed if beat else 0,
+                    rows_per_s=beat.rows_per_s if beat else 0.0,
+                    partitioning_note=beat.partitioning_note if beat else "",
                 )
             )
     detail.errors.extend(errors)

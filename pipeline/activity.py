@@ -1,8 +1,10 @@
-"""Whether a topology's query should run: not while the topology is deactivated.
+"""Whether a topology's query should run, and with what parallelism.
 
 Storm pauses the spouts of an INACTIVE topology and keeps its workers; here the worker
 keeps its process, its Spark session and its claim, and stops the query between
 micro-batches until the topology is activated again (then it resumes from the checkpoint).
+A rebalance changes the record's component parallelism: the worker restarts its query
+from the checkpoint with the new partitioning.
 """
 
 from __future__ import annotations
@@ -26,16 +28,26 @@ class Activity:
     def __init__(self, client: KazooClient, storm_path: str) -> None:
         self.active = threading.Event()
         self.active.set()
+        self._lock = threading.Lock()
+        self._parallelism: dict[str, int] = {}
         DataWatch(client, storm_path, self._on_data)
+
+    def parallelism(self) -> dict[str, int]:
+        """The component parallelism the record asks for (after any rebalance)."""
+        with self._lock:
+            return dict(self._parallelism)
 
     def _on_data(self, data: bytes | None, stat: ZnodeStat | None) -> None:
         if data is None:
             return  # a removed topology loses its assignment: the claim sees to that
         try:
-            status = records.StormBase.FromString(data).status
+            base = records.StormBase.FromString(data)
         except DecodeError:
             log.warning("ignoring a damaged topology record")
             return
+        with self._lock:
+            self._parallelism = dict(base.component_parallelism)
+        status = base.status
         if status == records.INACTIVE:
             self.active.clear()
         else:

@@ -15,19 +15,12 @@ from __future__ import annotations
 
 import re
 
-from pipeline.bolts import (
-    ArrowFilter,
-    ArrowFlatMap,
-    ArrowMap,
-    RunningCount,
-    Select,
-    Split,
-    Where,
-)
+from pipeline.bolts import RunningCount, Select, Split, Where
 from pipeline.compiler import validate
-from pipeline.components import Bolt, Fields, Sink, Spout
+from pipeline.components import Bolt, Fields, OnError, Sink, Spout
 from pipeline.errors import TopologyError
 from pipeline.graph import ComponentSpec, Grouping, GroupingKind, Topology
+from pipeline.pybolts import ArrowFilter, ArrowFlatMap, ArrowMap, Each
 from pipeline.sinks import CallbackSink, ConsoleSink, FileSink, read_batches
 from pipeline.spouts import (
     FilesSpout,
@@ -46,12 +39,14 @@ __all__ = [
     "BoltDeclarer",
     "CallbackSink",
     "ConsoleSink",
+    "Each",
     "Fields",
     "FileSink",
     "FilesSpout",
     "Grouping",
     "GroupingKind",
     "IndexedStreamReader",
+    "OnError",
     "PythonSpout",
     "RateSpout",
     "RunningCount",

@@ -1,35 +1,22 @@
-"""Built-in bolts: SQL expressions, Python functions over Arrow batches, running counts.
+"""Built-in bolts in the JVM: SQL expressions and running counts (Python ones: ``pybolts``).
 
-Expressions compile to Spark SQL because it runs in the JVM at full speed; Python
-functions see whole Arrow record batches (``mapInArrow``), never one row at a time: on
-this machine a row UDF was 4x and a Python UDTF about 50x slower than the SQL split.
+Expressions compile to Spark SQL because it runs in the JVM at full speed: on this
+machine a row UDF was 4x and a Python UDTF about 50x slower than the SQL split. An SQL
+bolt has no bad-row policy: a row it cannot evaluate fails the query. Spark's ``try_``
+functions (``try_element_at``, ``try_cast``, ``try_divide``) give NULL instead, which a
+``Where`` can then drop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
-from pipeline.components import Bolt, Fields, as_fields, ddl_field_names, require_fields
+from pipeline.components import Bolt, Fields, as_fields, require_fields
 from pipeline.errors import TopologyError
-
-#: What an Arrow function may return: one batch, a table, or any number of batches.
-ArrowOutput = Any
-Schema = str | StructType
-
-
-def _schema_fields(schema: Schema, what: str) -> Fields:
-    if isinstance(schema, StructType):
-        return as_fields(schema.fieldNames(), what)
-    if not isinstance(schema, str):
-        raise TopologyError(None, f"{what}: schema must be a DDL string or a StructType")
-    return ddl_field_names(schema)
-
 
 # ----------------------------------------------------------------------------- SQL bolts
 
@@ -106,96 +93,6 @@ class Select(Bolt):
 
     def apply(self, frame: DataFrame) -> DataFrame:
         return frame.select(*(F.expr(e).alias(n) for n, e in self.exprs.items()))
-
-
-# --------------------------------------------------------------------- Python Arrow bolts
-
-
-def _as_batches(out: ArrowOutput) -> Iterator[Any]:
-    if out is None:
-        return
-    if isinstance(out, pa.RecordBatch):
-        yield out
-    elif isinstance(out, pa.Table):
-        yield from out.to_batches()
-    elif isinstance(out, Iterable):
-        for item in out:
-            yield from _as_batches(item)
-    else:
-        raise TypeError(f"an Arrow bolt returned {type(out).__name__}, not Arrow batches")
-
-
-class _FlatMapper:
-    """Runs on Spark's Python workers; a class at module level so it pickles by reference."""
-
-    def __init__(self, fn: Callable[[Any], ArrowOutput]) -> None:
-        self.fn = fn
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            yield from _as_batches(self.fn(batch))
-
-
-class _Mapper(_FlatMapper):
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            rows = 0
-            for out in _as_batches(self.fn(batch)):
-                rows += out.num_rows
-                yield out
-            if rows != batch.num_rows:
-                raise ValueError(
-                    f"a map bolt must return one row per input row: got {rows} for "
-                    f"{batch.num_rows}; use ArrowFlatMap to change the row count"
-                )
-
-
-class _Filterer(_FlatMapper):
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            yield batch.filter(self.fn(batch))
-
-
-class ArrowFlatMap(Bolt):
-    """A Python function from one Arrow ``RecordBatch`` to any number of output rows.
-
-    ``fn`` returns a ``RecordBatch``, a ``Table`` or an iterable of batches whose columns
-    match ``schema`` (a DDL string like ``"word string"`` or a ``StructType``).
-    """
-
-    def __init__(self, fn: Callable[[Any], ArrowOutput], schema: Schema) -> None:
-        self.fn = fn
-        self.schema = schema
-        self._fields = _schema_fields(schema, type(self).__name__)
-
-    def output_fields(self, inputs: Fields) -> Fields:
-        return self._fields
-
-    def _runner(self) -> _FlatMapper:
-        return _FlatMapper(self.fn)
-
-    def apply(self, frame: DataFrame) -> DataFrame:
-        return frame.mapInArrow(self._runner(), self.schema)
-
-
-class ArrowMap(ArrowFlatMap):
-    """Like ``ArrowFlatMap`` but one output row per input row (checked per batch)."""
-
-    def _runner(self) -> _FlatMapper:
-        return _Mapper(self.fn)
-
-
-class ArrowFilter(Bolt):
-    """Keep the rows of each Arrow batch where ``fn(batch)`` (a boolean array) is true."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def output_fields(self, inputs: Fields) -> Fields:
-        return inputs
-
-    def apply(self, frame: DataFrame) -> DataFrame:
-        return frame.mapInArrow(_Filterer(self.fn), frame.schema)
 
 
 # -------------------------------------------------------------------------- stateful bolts

@@ -26,7 +26,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.components import Bolt, Fields, Sink, Spout
+from pipeline.components import SKIPPED, Bolt, Fields, Sink, Spout
 from pipeline.errors import TopologyError
 from pipeline.graph import ComponentSpec, Grouping, GroupingKind, Topology
 
@@ -56,6 +56,8 @@ class CompiledQuery:
     output_mode: OutputMode
     state_partitions: int | None
     """Partitions of the stateful step (Spark's shuffle partitions at first start), if any."""
+    stateful: str | None = None
+    """The stateful bolt on the sink's path, if any."""
 
 
 # ------------------------------------------------------------------------------ validation
@@ -254,9 +256,10 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
                 CompiledQuery(
                     sink_name=name,
                     sink=comp,
-                    frame=merged,
+                    frame=observed(merged, name),
                     output_mode="update" if stateful else "append",
                     state_partitions=_state_partitions(topology[stateful]) if stateful else None,
+                    stateful=stateful,
                 )
             )
     return tuple(queries)
@@ -265,7 +268,7 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
 def _spark_step(spec: ComponentSpec, plan: Plan, make: Callable[[], DataFrame]) -> DataFrame:
     """Build a component's frame; Spark's analysis errors become the component's error."""
     try:
-        frame = _call(spec, make)
+        frame = observed(_call(spec, make), spec.name)
     except TopologyError as e:
         if isinstance(e.__cause__, PySparkException):
             first = str(e.__cause__).strip().splitlines()[0]
@@ -277,6 +280,21 @@ def _spark_step(spec: ComponentSpec, plan: Plan, make: Callable[[], DataFrame]) 
             spec.name, f"it produced columns {frame.columns} but declares {declared}"
         )
     return frame
+
+
+def observed(frame: DataFrame, component: str) -> DataFrame:
+    """Count the component's rows (and rows a Python bolt skipped) in Spark's batch metrics.
+
+    ``observe`` reports per micro-batch in the query's progress (``observedMetrics``,
+    keyed by component name), computed in the JVM next to the rows: per-component metrics
+    without Python or accumulators. A skipping bolt's marker column is counted and dropped.
+    """
+    if SKIPPED in frame.columns:
+        kept = F.col(SKIPPED) == 0
+        skipped = F.coalesce(F.sum(SKIPPED), F.lit(0)).alias("skipped")
+        frame = frame.observe(component, F.count_if(kept).alias("rows"), skipped)
+        return frame.where(kept).drop(SKIPPED)
+    return frame.observe(component, F.count(F.lit(1)).alias("rows"))
 
 
 def _group(

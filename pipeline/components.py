@@ -6,6 +6,7 @@ on an undeclared field at submit time instead of failing inside a running query.
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
@@ -16,6 +17,18 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pipeline.errors import TopologyError
 
 Fields = tuple[str, ...]
+
+#: The marker column a skipping Python bolt adds: 0 on its rows, the count on a tally row.
+SKIPPED = "__nimbus_skipped"
+
+
+class OnError(enum.Enum):
+    """What a Python bolt does with a row its function raises on."""
+
+    FAIL = "fail"
+    """The query fails: the worker restarts, and the error shows in ``describe``."""
+    SKIP = "skip"
+    """The row is dropped and counted (``skipped_rows`` in describe, the UI, metrics)."""
 
 
 def as_fields(names: Sequence[str] | str, what: str) -> Fields:

@@ -19,8 +19,9 @@ from cluster.api import records
 
 FAILURE_FILE = "failure.txt"
 #: A worker that failed this many times in a row, without committing a batch in between,
-#: shows its topology as failing.
-FAILING_AFTER = 2
+#: shows its topology as failing. One: the user learns of a broken pipeline from its
+#: first failure (about 10-20 s after submit here), not after a second Spark start.
+FAILING_AFTER = 1
 MAX_LINE = 500
 
 _TRACEBACK = "Traceback (most recent call last):"

@@ -5,11 +5,13 @@ Kept apart from the builder and the compiler so both can depend on it without a 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pipeline.components import Bolt, Fields, Sink, Spout
+from pipeline.errors import TopologyError
 
 Component = Spout | Bolt | Sink
 
@@ -88,3 +90,17 @@ class Topology:
     @property
     def sinks(self) -> tuple[ComponentSpec, ...]:
         return tuple(s for s in self.components if isinstance(s.component, Sink))
+
+    def with_parallelism(self, parallelism: Mapping[str, int]) -> Topology:
+        """The same graph with the given components' parallelism changed (a rebalance)."""
+        for name, n in parallelism.items():
+            if name not in self.names:
+                raise TopologyError(name, f"no such component; the topology has {list(self.names)}")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise TopologyError(name, f"parallelism must be an integer >= 1, got {n!r}")
+        return Topology(
+            tuple(
+                dataclasses.replace(spec, parallelism=parallelism.get(spec.name, spec.parallelism))
+                for spec in self.components
+            )
+        )

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pipeline.compiler import CompiledQuery, compile_topology
 from pipeline.errors import PipelineRunError
 from pipeline.graph import Topology
+from pipeline.state_partitions import align
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,21 @@ _CONF_LOCK = threading.Lock()
 class TopologyRun:
     """The running queries of one topology, one per sink (see ``run``)."""
 
-    def __init__(self, name: str, queries: Mapping[str, StreamingQuery]) -> None:
+    def __init__(
+        self,
+        name: str,
+        queries: Mapping[str, StreamingQuery],
+        notes: Mapping[str, str] | None = None,
+        stateful: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.queries = dict(queries)
+        #: Per sink, why its stateful step does not run with the partitions asked for.
+        self.notes = dict(notes or {})
+        #: Per sink, the stateful bolt on its path (its state operator in the progress).
+        self.stateful = dict(stateful or {})
+        #: Per stateful bolt, its state partitions as its checkpoint has them at start.
+        self.state_partitions: dict[str, int] = {}
 
     @property
     def is_active(self) -> bool:
@@ -140,14 +153,27 @@ def run(
     compiled = compile_topology(topology, spark)
     root = Path(checkpoint_dir)
     started: dict[str, StreamingQuery] = {}
+    notes: dict[str, str] = {}
+    partitions: dict[str, int] = {}
     try:
         for cq in compiled:
+            if cq.state_partitions is not None:
+                # A rebalance may have changed the stateful step's parallelism since the
+                # checkpoint was made: its state is repartitioned before the query starts.
+                aligned = align(spark, root / cq.sink_name, cq.state_partitions)
+                if aligned.note:
+                    notes[cq.sink_name] = aligned.note
+                if cq.stateful:
+                    partitions[cq.stateful] = aligned.partitions or cq.state_partitions
             started[cq.sink_name] = _start(cq, spark, root, trigger, interval, name)
     except BaseException:
         for q in started.values():
             q.stop()
         raise
-    return TopologyRun(name, started)
+    stateful = {cq.sink_name: cq.stateful for cq in compiled if cq.stateful}
+    topology_run = TopologyRun(name, started, notes, stateful)
+    topology_run.state_partitions = partitions
+    return topology_run
 
 
 def _start(

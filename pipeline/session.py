@@ -1,5 +1,7 @@
 """A SparkSession sized for this project's machines and safe to stop mid-stream.
 
+State lives in RocksDB, so a rebalance can change a stateful step's partitions.
+
 ``-Xss16m`` for the driver JVM: on PySpark 4.3 here, ``query.stop()`` during a Python
 ``foreachBatch`` logged a ``StackOverflowError`` in the stream thread (once losing that
 batch's output silently); the larger thread stack removed it. The setting only takes
@@ -16,6 +18,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 DRIVER_JAVA_OPTIONS = "-Xss16m"
+#: RocksDB keeps state off the JVM heap and is the provider Spark can repartition
+#: offline (``pipeline.state_partitions``); the default HDFS-backed one cannot.
+STATE_STORE_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def make_spark(
@@ -53,6 +58,7 @@ def make_spark(
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.providerClass", STATE_STORE_PROVIDER)
     )
     if executor_path:
         builder = builder.config("spark.executorEnv.PYTHONPATH", executor_path)

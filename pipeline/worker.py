@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -54,10 +54,11 @@ from fencing import FencingError, Membership
 from pipeline.activity import Activity
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer
-from pipeline.errors import PipelineError, PipelineRunError
+from pipeline.errors import PipelineError, PipelineRunError, TopologyError
 from pipeline.failures import one_line, record_failure
 from pipeline.graph import Topology
 from pipeline.package import load_topology, unpack_package
+from pipeline.progress import Progress
 from pipeline.runner import TopologyRun, run
 from pipeline.session import make_spark
 from pipeline.sink_setup import adopt_sink_folders, fence_sinks
@@ -74,32 +75,11 @@ EXIT_FENCED = 4  # the claim was lost or at risk: the query stopped, nothing mor
 STOP_TIMEOUT = 30.0
 #: The same once fenced off: the batch in flight cannot publish, so do not wait for it long.
 FENCED_STOP_TIMEOUT = 3.0
-#: ``_watch``'s answer when the topology was deactivated: not an exit code.
+#: ``_watch``'s answers when the topology was deactivated or rebalanced: not exit codes.
 _PAUSE = -1
+_REBALANCE = -2
 #: Heartbeat status of a worker whose topology is deactivated.
 PAUSED = "inactive: query stopped until the topology is activated"
-
-
-@dataclass
-class _Progress:
-    """Counts of this process's micro-batches, from Spark's progress reports."""
-
-    last_batch: dict[str, int] = field(default_factory=dict)  # per sink
-    batches: int = 0
-    rows: int = 0
-    last_batch_id: int = -1
-
-    def update(self, topology_run: TopologyRun) -> None:
-        for sink, query in topology_run.queries.items():
-            seen = self.last_batch.get(sink, -1)
-            for report in query.recentProgress:
-                batch = int(report.get("batchId", -1))
-                if batch > seen:
-                    seen = batch
-                    self.batches += 1
-                    self.rows += int(report.get("numInputRows", 0))
-                    self.last_batch_id = max(self.last_batch_id, batch)
-            self.last_batch[sink] = seen
 
 
 @dataclass(frozen=True)
@@ -143,7 +123,9 @@ class Worker:
         self._interval = heartbeat_interval
         self._status = "starting"
         self._run: TopologyRun | None = None
-        self._progress = _Progress()
+        self._progress = Progress()
+        self._parallelism: dict[str, int] = {}  # of the running query, per component
+        self._note = ""  # why its partitioning differs from the one asked for
         self._lock = threading.Lock()
         self._beats_done = threading.Event()
         self._beater = threading.Thread(target=self._beat_loop, name="worker-beat", daemon=True)
@@ -175,9 +157,8 @@ class Worker:
         if topology_run is None:
             return
         try:
-            progress = _Progress(**vars(self._progress))
-            progress.last_batch = dict(progress.last_batch)
-            progress.update(topology_run)
+            progress = self._progress.copy()
+            progress.update(topology_run, time.monotonic())
         except Exception as e:  # py4j or Spark trouble must not stop the worker
             log.debug("no progress report: %s", e)
             return
@@ -189,6 +170,7 @@ class Worker:
             return  # kazoo's calls would block until it reconnects; the next beat retries
         with self._lock:
             status, progress = self._status, self._progress
+            parallelism, note = dict(self._parallelism), self._note
         beat = records.WorkerHeartbeat(
             topology_id=self.topology_id,
             supervisor_id=self.supervisor_id,
@@ -203,6 +185,9 @@ class Worker:
             failures_in_a_row=0 if progress.batches else self.history.failures_in_a_row,
             restarts=self.history.restarts,
             log_path=self.history.log_path,
+            components=progress.components(parallelism),
+            rows_per_s=round(progress.rows_per_s(), 1),
+            partitioning_note=note,
         )
         try:
             self._membership.put(self._path, beat.SerializeToString(deterministic=True))
@@ -256,6 +241,7 @@ class Worker:
             if self.stop_requested.is_set():
                 return EXIT_OK
             topology = load_topology(root, config=self.topology_config())
+            activity = Activity(self._client, self._paths.storm(self.topology_id))
             self.set_status("waiting for the claim")
             try:
                 token = self.claim.acquire(self.stop_requested)
@@ -269,7 +255,6 @@ class Worker:
                 Committer(self._client, self._paths, self.claim, timeout=self._session_timeout),
             )
             self._adopt_sink_folders(topology)
-            activity = Activity(self._client, self._paths.storm(self.topology_id))
             while True:
                 if not activity.active.is_set():
                     self.set_status(PAUSED)
@@ -277,8 +262,10 @@ class Worker:
                     if not self._wait_active(activity):
                         return EXIT_FENCED if self.claim.stop_reason() else EXIT_OK
                 self.set_status("starting: query")
+                wanted = activity.parallelism()
+                running = _rebalanced(topology, wanted)
                 topology_run = run(
-                    topology,
+                    running,
                     spark,
                     checkpoint or state_dir / "checkpoint",
                     trigger="continuous",
@@ -287,14 +274,18 @@ class Worker:
                 with self._lock:
                     self._run = topology_run
                     self._status = "running"
+                    self._progress.state_partitions.update(topology_run.state_partitions)
+                    self._parallelism = {spec.name: spec.parallelism for spec in running}
+                    self._note = "; ".join(topology_run.notes.values())
                 log.info(
-                    "%s: query started in slot %s (claim epoch %d)",
+                    "%s: query started in slot %s (claim epoch %d), parallelism %s",
                     self.topology_id,
                     self.slot,
                     token.epoch,
+                    self._parallelism,
                 )
-                code = self._watch(topology_run, token.epoch, activity)
-                if code != _PAUSE:
+                code = self._watch(topology_run, token.epoch, activity, wanted)
+                if code not in (_PAUSE, _REBALANCE):
                     return code
         finally:
             self.claim.release()
@@ -313,10 +304,13 @@ class Worker:
                 return False
         return not self.stop_requested.is_set()
 
-    def _watch(self, topology_run: TopologyRun, epoch: int, activity: Activity) -> int:
+    def _watch(
+        self, topology_run: TopologyRun, epoch: int, activity: Activity, wanted: dict[str, int]
+    ) -> int:
         """Keep the query until a stop is asked for, the claim ends, or the query fails.
 
-        Returns ``_PAUSE`` after stopping it because the topology was deactivated.
+        Returns ``_PAUSE`` after stopping it because the topology was deactivated, and
+        ``_REBALANCE`` when its component parallelism changed from ``wanted``.
         """
         code = EXIT_OK
         reason: str | None = None
@@ -331,6 +325,10 @@ class Worker:
                 break
             if not activity.active.is_set():
                 reason, code = "topology deactivated", _PAUSE
+                break
+            asked = activity.parallelism()
+            if asked != wanted:
+                reason, code = f"rebalanced to parallelism {asked}", _REBALANCE
                 break
             failure = topology_run.exception()
             if failure is not None or not topology_run.is_active:
@@ -362,6 +360,15 @@ class Worker:
         self.update_progress()
         log.info("%s: query stopped (claim epoch %d)", self.topology_id, epoch)
         return code
+
+
+def _rebalanced(topology: Topology, parallelism: dict[str, int]) -> Topology:
+    """The package's topology with the parallelism the record asks for (a rebalance's)."""
+    known = {name: n for name, n in parallelism.items() if name in topology.names}
+    try:
+        return topology.with_parallelism(known)
+    except TopologyError as e:
+        raise PipelineRunError(f"the recorded parallelism cannot be applied: {e}") from e
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

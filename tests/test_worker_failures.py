@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
             "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
         )
         assert submitted.returncode == 0, submitted.stderr
+        submitted_at = time.monotonic()
 
         def described() -> dict[str, Any] | None:
             done = cli("describe", "rows", "--seeds", seeds, "--json")
@@ -89,12 +91,14 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
             return view if view["failing"] else None
 
         view = wait_until(described, timeout=300, interval=1.0, message="a failing state")
+        # A figure, not an assert (timings belong in bench/): the target is 30 s.
+        print(f"failing shown {time.monotonic() - submitted_at:.1f} s after the submit")
         assert view is not None
         assert view["status"] == "ACTIVE"
         assert "short row 'short,row': 3 fields expected" in view["last_error"], view
-        assert view["worker_restarts"] >= 2
+        assert view["worker_restarts"] >= 1
         (worker,) = view["workers"]
-        assert "short row" in worker["last_error"] and worker["failures_in_a_row"] >= 2
+        assert "short row" in worker["last_error"] and worker["failures_in_a_row"] >= 1
         assert Path(worker["log"]).is_file(), "describe names the worker's log"
         assert "short row" in Path(worker["log"]).read_text(errors="replace")
 

@@ -295,12 +295,17 @@ class ClusterView:
                     "failures_in_a_row": beat.failures_in_a_row if beat else 0,
                     "restarts": beat.restarts if beat else 0,
                     "log": beat.log_path if beat else "",
+                    "partitioning_note": beat.partitioning_note if beat else "",
+                    "components": [_component(c) for c in beat.components] if beat else [],
                 }
             )
         return rows
 
     def _rate(self, tid: str, name: str, beat: records.WorkerHeartbeat) -> float | None:
-        """Rows per second between the last two distinct heartbeats this view has seen."""
+        """The worker's own rate, else rows per second between the last two distinct
+        heartbeats this view has seen."""
+        if beat.rows_per_s:
+            return round(beat.rows_per_s, 1)
         key = (tid, name)
         seen = self._rates.get(key)
         if seen is None or beat.time_ms < seen[0]:
@@ -387,4 +392,14 @@ def _error(error: records.ErrorInfo, now: int) -> Json:
         "time_ms": error.time_ms,
         "age_s": _age_s(now, error.time_ms),
         "host": error.host,
+    }
+
+
+def _component(c: records.ComponentMetrics) -> Json:
+    return {
+        "component": c.component,
+        "rows": c.rows,
+        "skipped_rows": c.skipped_rows,
+        "rows_per_s": round(c.rows_per_s, 1),
+        "partitions": c.partitions,
     }

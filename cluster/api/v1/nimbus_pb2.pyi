@@ -224,7 +224,7 @@ class TopologyDetail(_message.Message):
     def __init__(self, summary: _Optional[_Union[TopologySummary, _Mapping]] = ..., assignment: _Optional[_Union[_records_pb2.Assignment, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[_records_pb2.ErrorInfo, _Mapping]]] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., config_json: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., components_json: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s", "last_error", "failures_in_a_row", "restarts", "log_path")
+    __slots__ = ("supervisor_id", "slot", "host", "state", "heartbeat_age_s", "last_error", "failures_in_a_row", "restarts", "log_path", "components", "rows_processed", "rows_per_s", "partitioning_note")
     SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +234,10 @@ class WorkerStatus(_message.Message):
     FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_NOTE_FIELD_NUMBER: _ClassVar[int]
     supervisor_id: str
     slot: int
     host: str
@@ -243,7 +247,11 @@ class WorkerStatus(_message.Message):
     failures_in_a_row: int
     restarts: int
     log_path: str
-    def __init__(self, supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., heartbeat_age_s: _Optional[float] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
+    components: _containers.RepeatedCompositeFieldContainer[_records_pb2.ComponentMetrics]
+    rows_processed: int
+    rows_per_s: float
+    partitioning_note: str
+    def __init__(self, supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., heartbeat_age_s: _Optional[float] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., components: _Optional[_Iterable[_Union[_records_pb2.ComponentMetrics, _Mapping]]] = ..., rows_processed: _Optional[int] = ..., rows_per_s: _Optional[float] = ..., partitioning_note: _Optional[str] = ...) -> None: ...
 
 class GetClusterSummaryRequest(_message.Message):
     __slots__ = ()

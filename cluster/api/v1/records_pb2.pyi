@@ -163,7 +163,7 @@ class SupervisorInfo(_message.Message):
     def __init__(self, supervisor_id: _Optional[str] = ..., host: _Optional[str] = ..., slots_total: _Optional[int] = ..., slots_used: _Optional[int] = ..., start_time_ms: _Optional[int] = ..., version: _Optional[str] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
-    __slots__ = ("topology_id", "supervisor_id", "slot", "time_ms", "batches_committed", "rows_processed", "last_batch_id", "status", "last_error", "failures_in_a_row", "restarts", "log_path")
+    __slots__ = ("topology_id", "supervisor_id", "slot", "time_ms", "batches_committed", "rows_processed", "last_batch_id", "status", "last_error", "failures_in_a_row", "restarts", "log_path", "components", "rows_per_s", "partitioning_note")
     TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
     SUPERVISOR_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,9 @@ class WorkerHeartbeat(_message.Message):
     FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_NOTE_FIELD_NUMBER: _ClassVar[int]
     topology_id: str
     supervisor_id: str
     slot: int
@@ -188,7 +191,24 @@ class WorkerHeartbeat(_message.Message):
     failures_in_a_row: int
     restarts: int
     log_path: str
-    def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ...) -> None: ...
+    components: _containers.RepeatedCompositeFieldContainer[ComponentMetrics]
+    rows_per_s: float
+    partitioning_note: str
+    def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., components: _Optional[_Iterable[_Union[ComponentMetrics, _Mapping]]] = ..., rows_per_s: _Optional[float] = ..., partitioning_note: _Optional[str] = ...) -> None: ...
+
+class ComponentMetrics(_message.Message):
+    __slots__ = ("component", "rows", "skipped_rows", "rows_per_s", "partitions")
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    rows: int
+    skipped_rows: int
+    rows_per_s: float
+    partitions: int
+    def __init__(self, component: _Optional[str] = ..., rows: _Optional[int] = ..., skipped_rows: _Optional[int] = ..., rows_per_s: _Optional[float] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("component", "message", "time_ms", "host", "epoch")
