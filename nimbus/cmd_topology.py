@@ -95,7 +95,21 @@ def _zip_folder(folder: Path) -> Path:
     return make_package(files, Path(name))
 
 
+#: Said when more than one worker is asked for: the others would stand idle.
+EXTRA_WORKERS_NOTE = (
+    "note: a topology runs as one Spark query in one worker (its parallelism is that "
+    "query's partitions); its other {extra} worker slot(s) stay idle. To spread it over "
+    "machines, run the supervisors with --spark-master (see README)"
+)
+
+
+def _note_extra_workers(workers: int) -> None:
+    if workers > 1:
+        print(EXTRA_WORKERS_NOTE.format(extra=workers - 1), file=sys.stderr)
+
+
 def run_submit(args: argparse.Namespace) -> int:
+    _note_extra_workers(args.workers)
     given = Path(args.package)
     if not given.is_dir():
         return _submit(args, given)
@@ -295,6 +309,7 @@ def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 def run_action(args: argparse.Namespace) -> int:
+    _note_extra_workers(getattr(args, "workers", 0))
     try:
         method, request = _action_request(args)
         with NimbusClient(args.seeds, deadline=args.timeout) as client:

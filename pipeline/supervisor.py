@@ -76,7 +76,11 @@ log = logging.getLogger(__name__)
 #: Heartbeat status with ``--no-workers``: the slot is held, nothing runs in it.
 NO_RUNTIME = "assigned: no pipeline runtime yet"
 #: Heartbeat status of a held slot that is not its topology's first: no process runs in it.
-SPARE = "spare: the topology's query runs in the worker of its first slot"
+SPARE = (
+    "idle: the topology runs as one Spark query in its first slot's worker, its parallelism "
+    "as that query's partitions; to spread it over machines, give the supervisors "
+    "--spark-master (a Spark cluster)"
+)
 #: Heartbeat status of a first slot whose worker has not been started yet.
 STARTING = "starting: worker not started yet"
 #: Seconds a package download from one replica may take.

@@ -89,6 +89,10 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             assert reply["status"] == expected
             assert everywhere() == {expected}
         wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
+        more = cli("rebalance", "wc", "--workers", "3", "--seeds", seeds)
+        assert more.returncode == 0, more.stderr
+        assert "its other 2 worker slot(s) stay idle" in more.stderr, "extra workers are explained"
+        wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
         unknown = cli("rebalance", "wc", "--parallelism", "nosuch=3", "--seeds", seeds)
         assert unknown.returncode == 1 and "INVALID_ARGUMENT" in unknown.stderr
         assert "no component 'nosuch'" in unknown.stderr
