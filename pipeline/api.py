@@ -30,6 +30,7 @@ from pipeline.spouts import (
     SentenceSource,
     SocketSpout,
 )
+from pipeline.windows import TopN, Window
 
 __all__ = [
     "ArrowFilter",
@@ -56,10 +57,12 @@ __all__ = [
     "SocketSpout",
     "Split",
     "Spout",
+    "TopN",
     "Topology",
     "TopologyBuilder",
     "TopologyError",
     "Where",
+    "Window",
     "read_batches",
 ]
 

@@ -194,6 +194,15 @@ def _resolve(
         return (), upstream
     out = _call(spec, lambda: comp.output_fields(inputs))
     if comp.stateful:
+        if upstream is not None and comp.follows_window:
+            before = specs[upstream].component
+            if isinstance(before, Bolt) and before.output_mode == "append":
+                return out, upstream  # ranks closed windows; state partitions stay upstream's
+            raise TopologyError(
+                spec.name,
+                f"it ranks closed windows, but stateful bolt {upstream!r} upstream emits "
+                "running updates; put a Window before it",
+            )
         if upstream is not None:
             raise TopologyError(
                 spec.name,
@@ -249,6 +258,7 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
         parts = [_group(frames[g.source], g, spec, topology[g.source]) for g in spec.inputs]
         merged = functools.reduce(lambda a, b: a.unionByName(b), parts)
         if isinstance(comp, Bolt):
+            comp.component = name
             frames[name] = _spark_step(spec, plan, functools.partial(comp.apply, merged))
         elif isinstance(comp, Sink):
             stateful = plan.stateful_upstream[name]
@@ -257,7 +267,7 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
                     sink_name=name,
                     sink=comp,
                     frame=observed(merged, name),
-                    output_mode="update" if stateful else "append",
+                    output_mode=_output_mode(topology[stateful]) if stateful else "append",
                     state_partitions=_state_partitions(topology[stateful]) if stateful else None,
                     stateful=stateful,
                 )
@@ -318,6 +328,11 @@ def _group(
     if g.kind is GroupingKind.GLOBAL:
         return frame.repartition(1)
     return frame  # LOCAL, NONE: keep upstream partitions
+
+
+def _output_mode(spec: ComponentSpec) -> OutputMode:
+    comp = spec.component
+    return "append" if isinstance(comp, Bolt) and comp.output_mode == "append" else "update"
 
 
 def _state_partitions(spec: ComponentSpec) -> int:

@@ -109,6 +109,14 @@ class Bolt(ABC):
     stateful: ClassVar[bool] = False
     #: True for stateless SQL bolts, which Spark runs in the JVM inside the upstream task.
     sql: ClassVar[bool] = False
+    #: How a stateful bolt emits: ``update`` (changed keys, every batch) or ``append``
+    #: (each result once, when its window closes).
+    output_mode: ClassVar[str] = "update"
+    #: True for a stateful bolt that may follow an ``append`` one (it groups by its window).
+    follows_window: ClassVar[bool] = False
+    #: The name the topology gives this bolt; the compiler sets it before ``apply`` so
+    #: errors raised while the query runs can name the component.
+    component: str = ""
 
     @abstractmethod
     def output_fields(self, inputs: Fields) -> Fields:

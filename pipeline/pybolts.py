@@ -24,7 +24,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pipeline.components import SKIPPED, Bolt, Fields, OnError, as_fields, ddl_field_names
-from pipeline.errors import TopologyError
+from pipeline.errors import PipelineError, TopologyError
 
 #: What an Arrow function may return: one batch, a table, or any number of batches.
 ArrowOutput = Any
@@ -72,6 +72,10 @@ def _as_batches(out: ArrowOutput) -> Iterator[Any]:
         raise TypeError(f"an Arrow bolt returned {type(out).__name__}, not Arrow batches")
 
 
+class BoltFailed(PipelineError):
+    """A Python bolt's function raised on a batch or row; names the component."""
+
+
 class _Runner:
     """Runs on Spark's Python workers; module-level classes pickle by reference.
 
@@ -84,6 +88,14 @@ class _Runner:
         self.fn = fn
         self.skip = skip
         self.out = out  # pyarrow schema of the output, with the marker column when skipping
+        self.component = ""
+
+    def named(self, component: str) -> _Runner:
+        self.component = component
+        return self
+
+    def _failed(self, e: Exception) -> BoltFailed:
+        return BoltFailed(f"bolt {self.component!r}: {type(e).__name__}: {e}")
 
     def process(self, batch: Any) -> list[Any]:
         return list(_as_batches(self.fn(batch)))
@@ -91,7 +103,11 @@ class _Runner:
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             if not self.skip:
-                yield from self.process(batch)
+                try:
+                    outs = self.process(batch)
+                except Exception as e:
+                    raise self._failed(e) from e
+                yield from outs
                 continue
             bad = 0
             try:
@@ -188,7 +204,7 @@ class _PythonBolt(Bolt):
             struct = _with_marker(struct)
         zone = frame.sparkSession.conf.get("spark.sql.session.timeZone")
         arrow = to_arrow_schema(struct, timezone=zone)
-        return frame.mapInArrow(self._runner(skip, arrow), struct)
+        return frame.mapInArrow(self._runner(skip, arrow).named(self.component), struct)
 
 
 class ArrowFlatMap(_PythonBolt):

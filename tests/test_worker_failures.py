@@ -96,6 +96,7 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
         assert view is not None
         assert view["status"] == "ACTIVE"
         assert "short row 'short,row': 3 fields expected" in view["last_error"], view
+        assert "bolt 'check'" in view["last_error"], "the error names the component"
         assert view["worker_restarts"] >= 1
         (worker,) = view["workers"]
         assert "short row" in worker["last_error"] and worker["failures_in_a_row"] >= 1
