@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
+from code_sync.package import make_package
 from pipeline.package import load_topology
 from pipeline.runner import run
 from pipeline.sinks import read_batches
-from tests.cluster import REPO
+from tests.cluster import REPO, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.supervisors import start_supervisor, stop_supervisor
+from tests.test_workers import add_input, cli
+from tests.waiting import wait_until
 
 EXAMPLES = REPO / "examples"
 
@@ -58,3 +67,80 @@ def test_rolling_top_words_equals_its_oracle(spark: SparkSession, tmp_path: Path
     expected = oracle.rankings(lines)
     assert expected, "the corpus closes some windows"
     assert window_rankings(out) == expected
+
+
+@pytest.mark.timeout(600)
+def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
+    spawn: Spawn, zk_hosts: str, tmp_path: Path
+) -> None:
+    """Submitted with ``nimbus submit``, run by a supervisor's worker that is SIGKILLed
+    mid-stream: every closed window ranked exactly once, as the oracle says."""
+    oracle = _oracle("rolling-top-words")
+    folder = EXAMPLES / "rolling-top-words"
+    inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
+    inbox.mkdir()
+    first, second = (p.read_text().splitlines() for p in sorted((folder / "corpus").iterdir()))
+    package = make_package(
+        {"topology.py": (folder / "topology.py").read_bytes()}, tmp_path / "rtw.zip"
+    )
+    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        config = json.dumps({"input": str(inbox), "output": str(out)})
+        done = cli(
+            "submit",
+            str(package),
+            "--name",
+            "rtw",
+            "--config-json",
+            config,
+            "--seeds",
+            replica.address,
+        )
+        assert done.returncode == 0, done.stderr
+        add_input(inbox, "events-0001.txt", first)
+        wait_until(lambda: len(window_rankings(out)) >= 3, timeout=300, interval=0.5,
+                   message="rankings of the first windows")  # fmt: skip
+        (pid_file,) = state.glob("workers/*/worker.pid")
+        killed = int(pid_file.read_text().split()[0])
+        os.kill(killed, signal.SIGKILL)
+        add_input(inbox, "events-0002.txt", second)
+        expected = oracle.rankings([*first, *second])
+        wait_until(lambda: window_rankings(out) == expected, timeout=300, interval=1.0,
+                   message="every closed window ranked once, as the oracle says")  # fmt: skip
+        assert any(
+            int(p.read_text().split()[0]) != killed for p in state.glob("workers/*/worker.pid")
+        ), "a new worker ran after the SIGKILL"
+    finally:
+        stop_supervisor(supervisor)
+
+
+def _windows(out: Path) -> dict[int, dict[str, Any]]:
+    """Window start -> the sink's row without its window; fails on a window written twice."""
+    found: dict[int, dict[str, Any]] = {}
+    for _, rows in read_batches(out):
+        for row in rows:
+            start = _epoch(row.pop("window")["start"])
+            assert start not in found, f"window {start} written twice"
+            found[start] = row
+    return dict(sorted(found.items()))
+
+
+def test_sliding_and_tumbling_windows_equal_their_oracle(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    oracle = _oracle("sliding-window")
+    folder = EXAMPLES / "sliding-window"
+    out = tmp_path / "out"
+    topology = load_topology(folder, config={"output": str(out)})
+    with run(topology, spark, tmp_path / "checkpoint", name="sw") as running:
+        assert running.await_termination(timeout=300)
+    lines = (folder / "corpus" / "events-0001.txt").read_text().splitlines()
+    assert _windows(out / "sliding") == oracle.sliding(lines)
+    tumbling = _windows(out / "tumbling")
+    expected = oracle.tumbling(lines)
+    assert tumbling.keys() == expected.keys()
+    for start, row in tumbling.items():
+        assert row["count"] == expected[start]["count"]
+        assert row["avg"] == pytest.approx(expected[start]["avg"])

@@ -12,9 +12,6 @@ and the counts must stay exact across it.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,8 +21,9 @@ import pytest
 from code_sync.package import make_package
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
-from tests.cluster import REPO, wait_for_agreed_leader
-from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.cluster import wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.supervisors import start_supervisor, stop_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -68,16 +66,7 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
     add_input(inbox, "part-1.txt", [*first[:20], *bad, *first[20:]])
     package = make_package({"topology.py": TOPOLOGY}, tmp_path / "rows.zip")
     replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    with (tmp_path / "supervisor.log").open("ab") as log:
-        supervisor = subprocess.Popen(
-            [
-                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
-                "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "1",
-                "--heartbeat-interval", "0.5", "--session-timeout", "6",
-                "--state-dir", str(state), "--worker-stop-timeout", "30",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
     try:
         wait_for_agreed_leader([replica], timeout=30)
         seeds = replica.address
@@ -131,9 +120,4 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
         (checkpoint,) = state.glob("workers/*/checkpoint/out")
         assert checkpoint_partitions(checkpoint) == 4, "the checkpoint's newest batch says 4"
     finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            supervisor.wait(60)
-        except subprocess.TimeoutExpired:
-            supervisor.kill()
-            supervisor.wait()
+        stop_supervisor(supervisor)
