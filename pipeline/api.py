@@ -30,6 +30,7 @@ from pipeline.spouts import (
     SentenceSource,
     SocketSpout,
 )
+from pipeline.streams import Branch, Join
 from pipeline.windows import TopN, Window
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ArrowMap",
     "Bolt",
     "BoltDeclarer",
+    "Branch",
     "CallbackSink",
     "ConsoleSink",
     "Each",
@@ -47,6 +49,7 @@ __all__ = [
     "Grouping",
     "GroupingKind",
     "IndexedStreamReader",
+    "Join",
     "OnError",
     "PythonSpout",
     "RateSpout",
@@ -76,33 +79,38 @@ class BoltDeclarer:
         self._builder = builder
         self._name = name
 
-    def _add(self, source: str, kind: GroupingKind, fields: tuple[str, ...] = ()) -> BoltDeclarer:
-        self._builder._inputs[self._name].append(Grouping(source, kind, fields))
+    def _add(
+        self, source: str, kind: GroupingKind, fields: tuple[str, ...] = (), stream: str = ""
+    ) -> BoltDeclarer:
+        self._builder._inputs[self._name].append(Grouping(source, kind, fields, stream))
         return self
 
-    def shuffle_grouping(self, source: str) -> BoltDeclarer:
+    # ``stream`` names one of the source's output streams (a ``Branch``'s), as Storm's
+    # ``shuffleGrouping(component, streamId)`` does.
+
+    def shuffle_grouping(self, source: str, *, stream: str = "") -> BoltDeclarer:
         """Rows spread evenly over the bolt's tasks (``repartition(n)``)."""
-        return self._add(source, GroupingKind.SHUFFLE)
+        return self._add(source, GroupingKind.SHUFFLE, stream=stream)
 
-    def fields_grouping(self, source: str, *fields: str) -> BoltDeclarer:
+    def fields_grouping(self, source: str, *fields: str, stream: str = "") -> BoltDeclarer:
         """Rows with equal values of ``fields`` go to the same task."""
-        return self._add(source, GroupingKind.FIELDS, tuple(fields))
+        return self._add(source, GroupingKind.FIELDS, tuple(fields), stream)
 
-    def all_grouping(self, source: str) -> BoltDeclarer:
+    def all_grouping(self, source: str, *, stream: str = "") -> BoltDeclarer:
         """Every row goes to every task of the bolt (n copies)."""
-        return self._add(source, GroupingKind.ALL)
+        return self._add(source, GroupingKind.ALL, stream=stream)
 
-    def global_grouping(self, source: str) -> BoltDeclarer:
+    def global_grouping(self, source: str, *, stream: str = "") -> BoltDeclarer:
         """All rows go to a single task (one partition)."""
-        return self._add(source, GroupingKind.GLOBAL)
+        return self._add(source, GroupingKind.GLOBAL, stream=stream)
 
-    def local_grouping(self, source: str) -> BoltDeclarer:
+    def local_grouping(self, source: str, *, stream: str = "") -> BoltDeclarer:
         """Rows stay in the partition that produced them: no shuffle."""
-        return self._add(source, GroupingKind.LOCAL)
+        return self._add(source, GroupingKind.LOCAL, stream=stream)
 
-    def none_grouping(self, source: str) -> BoltDeclarer:
+    def none_grouping(self, source: str, *, stream: str = "") -> BoltDeclarer:
         """No preference; Spark keeps the upstream partitioning (no shuffle)."""
-        return self._add(source, GroupingKind.NONE)
+        return self._add(source, GroupingKind.NONE, stream=stream)
 
 
 class TopologyBuilder:

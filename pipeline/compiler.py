@@ -16,9 +16,8 @@ half-started. Compilation then maps Storm's concepts onto Spark:
 
 from __future__ import annotations
 
-import difflib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -26,24 +25,17 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.components import SKIPPED, Bolt, Fields, Sink, Spout
+from pipeline.components import SKIPPED, STREAM, Bolt, Sink, Spout
 from pipeline.errors import TopologyError
 from pipeline.graph import ComponentSpec, Grouping, GroupingKind, Topology
+from pipeline.streams import Join
+from pipeline.validation import Plan, call, validate
+
+__all__ = ["CompiledQuery", "Plan", "compile_topology", "observed", "validate"]
 
 OutputMode = Literal["append", "update"]
 _ALL_TASK = "__nimbus_all_task"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A validated topology: components in dependency order and each one's output fields."""
-
-    topology: Topology
-    order: tuple[str, ...]
-    fields: Mapping[str, Fields]
-    stateful_upstream: Mapping[str, str | None]
-    """For each component, the stateful bolt on its path (itself included), if any."""
 
 
 @dataclass(frozen=True)
@@ -58,185 +50,6 @@ class CompiledQuery:
     """Partitions of the stateful step (Spark's shuffle partitions at first start), if any."""
     stateful: str | None = None
     """The stateful bolt on the sink's path, if any."""
-
-
-# ------------------------------------------------------------------------------ validation
-
-
-def validate(topology: Topology) -> Plan:
-    """Check the topology without Spark; raise ``TopologyError`` naming the first problem."""
-    if not topology.components:
-        raise TopologyError(None, "the topology has no components")
-    if not topology.spouts:
-        raise TopologyError(None, "the topology has no spout, so nothing would enter it")
-    specs = {spec.name: spec for spec in topology}
-    for spec in topology:
-        _check_component(spec, specs)
-    order = _dependency_order(topology)
-    fields: dict[str, Fields] = {}
-    stateful: dict[str, str | None] = {}
-    for name in order:
-        spec = specs[name]
-        fields[name], stateful[name] = _resolve(spec, specs, fields, stateful)
-    consumed = {g.source for spec in topology for g in spec.inputs}
-    for spec in topology:
-        if not isinstance(spec.component, Sink) and spec.name not in consumed:
-            raise TopologyError(
-                spec.name,
-                f"this {spec.kind} feeds nothing; Spark only runs what reaches a sink, "
-                "so subscribe a sink (or a bolt that reaches one) to it",
-            )
-    return Plan(topology, order, fields, stateful)
-
-
-def _check_component(spec: ComponentSpec, specs: Mapping[str, ComponentSpec]) -> None:
-    p = spec.parallelism
-    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-        raise TopologyError(spec.name, f"parallelism must be an integer >= 1, got {p!r}")
-    if isinstance(spec.component, Spout):
-        return
-    if not spec.inputs:
-        raise TopologyError(
-            spec.name, f"this {spec.kind} has no input; give it a grouping on a spout or bolt"
-        )
-    seen: set[str] = set()
-    for g in spec.inputs:
-        if g.source not in specs:
-            close = difflib.get_close_matches(g.source, list(specs), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise TopologyError(
-                spec.name, f"{g.kind.value} grouping names unknown component {g.source!r}{hint}"
-            )
-        if isinstance(specs[g.source].component, Sink):
-            raise TopologyError(
-                spec.name, f"{g.kind.value} grouping names sink {g.source!r}, which emits nothing"
-            )
-        if g.source in seen:
-            raise TopologyError(spec.name, f"subscribes to {g.source!r} more than once")
-        seen.add(g.source)
-        if g.kind is GroupingKind.FIELDS and not g.fields:
-            raise TopologyError(spec.name, f"fields grouping from {g.source!r} names no field")
-
-
-def _dependency_order(topology: Topology) -> tuple[str, ...]:
-    """Kahn's algorithm; leftovers are on or behind a cycle, which is then named in full."""
-    waiting = {spec.name: {g.source for g in spec.inputs} for spec in topology}
-    order: list[str] = []
-    ready = [name for name, deps in waiting.items() if not deps]
-    while ready:
-        name = ready.pop(0)
-        order.append(name)
-        for other, deps in waiting.items():
-            if name in deps:
-                deps.discard(name)
-                if not deps and other not in order and other not in ready:
-                    ready.append(other)
-    if len(order) == len(waiting):
-        return tuple(order)
-    left = [spec.name for spec in topology if spec.name not in order]
-    cycle = _find_cycle(topology, set(left))
-    path = " -> ".join([*cycle, cycle[0]])
-    raise TopologyError(
-        cycle[0],
-        f"the topology has a cycle ({path}); Spark runs DAGs (directed acyclic graphs), "
-        f"so a stream cannot feed back into itself; remove one of these groupings",
-    )
-
-
-def _find_cycle(topology: Topology, left: set[str]) -> list[str]:
-    """Walk upstream inside the unresolved set until a component repeats."""
-    inputs = {spec.name: [g.source for g in spec.inputs if g.source in left] for spec in topology}
-    walk: list[str] = []
-    node = next(name for name in topology.names if name in left)
-    while node not in walk:
-        walk.append(node)
-        node = inputs[node][0]  # every unresolved component has an unresolved input
-    cycle = walk[walk.index(node) :]
-    cycle.reverse()  # upstream walk -> downstream order (a -> b means b reads a)
-    first = min(cycle, key=topology.names.index)  # start where the user declared first
-    at = cycle.index(first)
-    return cycle[at:] + cycle[:at]
-
-
-def _resolve(
-    spec: ComponentSpec,
-    specs: Mapping[str, ComponentSpec],
-    fields: Mapping[str, Fields],
-    stateful: Mapping[str, str | None],
-) -> tuple[Fields, str | None]:
-    comp = spec.component
-    if isinstance(comp, Spout):
-        return _call(spec, lambda: comp.fields), None
-    first: Fields | None = None
-    upstream: str | None = None
-    for g in spec.inputs:
-        src_fields = fields[g.source]
-        for f in g.fields:
-            if f not in src_fields:
-                raise TopologyError(
-                    spec.name,
-                    f"fields grouping from {g.source!r} names undeclared field {f!r}; "
-                    f"{g.source!r} declares {list(src_fields)}",
-                )
-        if first is None:
-            first = src_fields
-        elif set(first) != set(src_fields):
-            raise TopologyError(
-                spec.name,
-                f"its inputs declare different fields ({spec.inputs[0].source!r}: {list(first)}, "
-                f"{g.source!r}: {list(src_fields)}); Spark unions them by name, so they must match",
-            )
-        upstream = upstream or stateful[g.source]
-    assert first is not None  # _check_component made sure there is an input
-    inputs = first
-    if isinstance(comp, Sink):
-        _call(spec, lambda: comp.check_fields(inputs))
-        return (), upstream
-    out = _call(spec, lambda: comp.output_fields(inputs))
-    if comp.stateful:
-        if upstream is not None and comp.follows_window:
-            before = specs[upstream].component
-            if isinstance(before, Bolt) and before.output_mode == "append":
-                return out, upstream  # ranks closed windows; state partitions stay upstream's
-            raise TopologyError(
-                spec.name,
-                f"it ranks closed windows, but stateful bolt {upstream!r} upstream emits "
-                "running updates; put a Window before it",
-            )
-        if upstream is not None:
-            raise TopologyError(
-                spec.name,
-                f"it keeps state per key downstream of stateful bolt {upstream!r}; Spark allows "
-                "one running aggregation per query path",
-            )
-        keys = _call(spec, comp.key_fields)
-        for g in spec.inputs:
-            if not _keeps_keys_together(g, keys):
-                raise TopologyError(
-                    spec.name,
-                    f"a stateful bolt needs a fields grouping on its keys {list(keys)} (or a "
-                    f"global grouping) so each key's state lives in one task; got {g}",
-                )
-        upstream = spec.name
-    return out, upstream
-
-
-def _keeps_keys_together(g: Grouping, keys: Fields) -> bool:
-    if g.kind is GroupingKind.GLOBAL:
-        return True
-    return g.kind is GroupingKind.FIELDS and bool(g.fields) and set(g.fields) <= set(keys)
-
-
-def _call(spec: ComponentSpec, fn: Callable[[], T]) -> T:
-    """Run a component hook, naming the component in any error it raises."""
-    try:
-        return fn()
-    except TopologyError as e:
-        if e.component is None:
-            raise TopologyError(spec.name, e.problem) from e
-        raise
-    except Exception as e:
-        raise TopologyError(spec.name, f"{type(e).__name__}: {e}") from e
 
 
 # ----------------------------------------------------------------------------- compilation
@@ -255,12 +68,15 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
                 spec, plan, functools.partial(comp.stream, spark, spec.parallelism)
             )
             continue
-        parts = [_group(frames[g.source], g, spec, topology[g.source]) for g in spec.inputs]
-        merged = functools.reduce(lambda a, b: a.unionByName(b), parts)
+        parts = [
+            _group(subscribed(frames[g.source], g), g, spec, topology[g.source])
+            for g in spec.inputs
+        ]
         if isinstance(comp, Bolt):
-            comp.component = name
-            frames[name] = _spark_step(spec, plan, functools.partial(comp.apply, merged))
-        elif isinstance(comp, Sink):
+            frames[name] = bolt_frame(spec, plan, parts)
+            continue
+        merged = functools.reduce(lambda a, b: a.unionByName(b), parts)
+        if isinstance(comp, Sink):
             stateful = plan.stateful_upstream[name]
             queries.append(
                 CompiledQuery(
@@ -275,16 +91,38 @@ def compile_topology(topology: Topology, spark: SparkSession) -> tuple[CompiledQ
     return tuple(queries)
 
 
+def subscribed(frame: DataFrame, g: Grouping) -> DataFrame:
+    """The rows of ``frame`` a subscription reads: those of its stream, if it names one."""
+    if not g.stream:
+        return frame
+    return frame.where(F.col(STREAM) == g.stream).drop(STREAM)
+
+
+def bolt_frame(spec: ComponentSpec, plan: Plan, inputs: Sequence[DataFrame]) -> DataFrame:
+    """A bolt's frame from its inputs' (one per grouping, in order): a join's two sides,
+    or their union by name for any other bolt."""
+    comp = spec.component
+    assert isinstance(comp, Bolt)
+    comp.component = spec.name
+    if isinstance(comp, Join):
+        sides = {g.source: frame for g, frame in zip(spec.inputs, inputs, strict=True)}
+        return _spark_step(spec, plan, functools.partial(comp.apply_join, sides))
+    merged = functools.reduce(lambda a, b: a.unionByName(b), inputs)
+    return _spark_step(spec, plan, functools.partial(comp.apply, merged))
+
+
 def _spark_step(spec: ComponentSpec, plan: Plan, make: Callable[[], DataFrame]) -> DataFrame:
     """Build a component's frame; Spark's analysis errors become the component's error."""
     try:
-        frame = observed(_call(spec, make), spec.name)
+        frame = observed(call(spec, make), spec.name)
     except TopologyError as e:
         if isinstance(e.__cause__, PySparkException):
             first = str(e.__cause__).strip().splitlines()[0]
             raise TopologyError(spec.name, f"Spark refused it: {first}") from e.__cause__
         raise
     declared = list(plan.fields[spec.name])
+    if isinstance(spec.component, Bolt) and spec.component.streams():
+        declared.append(STREAM)  # the tag each subscription filters on
     if frame.columns != declared:
         raise TopologyError(
             spec.name, f"it produced columns {frame.columns} but declares {declared}"

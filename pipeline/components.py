@@ -18,6 +18,8 @@ from pipeline.errors import TopologyError
 
 Fields = tuple[str, ...]
 
+#: The column a bolt with named streams tags each row with: the stream it goes to.
+STREAM = "__nimbus_stream"
 #: The marker column a skipping Python bolt adds: 0 on its rows, the count on a tally row.
 SKIPPED = "__nimbus_skipped"
 
@@ -128,6 +130,10 @@ class Bolt(ABC):
 
     def key_fields(self) -> Fields:
         """For stateful bolts, the fields whose values select the state."""
+        return ()
+
+    def streams(self) -> tuple[str, ...]:
+        """Named output streams (a ``Branch``'s); empty: only the default stream."""
         return ()
 
 

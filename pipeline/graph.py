@@ -34,10 +34,13 @@ class Grouping:
     source: str
     kind: GroupingKind
     fields: Fields = ()
+    stream: str = ""
+    """A named output stream of ``source`` (a ``Branch``'s); empty: its default stream."""
 
     def __str__(self) -> str:
         on = f" on {list(self.fields)}" if self.kind is GroupingKind.FIELDS else ""
-        return f"{self.kind.value} grouping from {self.source!r}{on}"
+        of = f" stream {self.stream!r}" if self.stream else ""
+        return f"{self.kind.value} grouping from {self.source!r}{of}{on}"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ WINDOW = "window"
 _DURATION_UNITS = ("second", "minute", "hour", "day", "week", "millisecond", "microsecond")
 
 
-def _duration(text: str, what: str) -> str:
+def duration(text: str, what: str) -> str:
     words = str(text).split()
     ok = (
         len(words) == 2
@@ -67,10 +67,10 @@ class Window(Bolt):
         keys: Sequence[str] = (),
         aggregates: Mapping[str, str] | None = None,
     ) -> None:
-        self.size = _duration(size, "Window size")
-        self.slide = _duration(slide, "Window slide") if slide is not None else None
+        self.size = duration(size, "Window size")
+        self.slide = duration(slide, "Window slide") if slide is not None else None
         self.on = on
-        self.watermark = _duration(watermark, "Window watermark")
+        self.watermark = duration(watermark, "Window watermark")
         self.keys = as_fields(keys, "Window keys")
         self.aggregates = dict(aggregates or {"count": "count(*)"})
         if not self.aggregates:

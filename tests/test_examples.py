@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import signal
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -144,3 +145,83 @@ def test_sliding_and_tumbling_windows_equal_their_oracle(
     for start, row in tumbling.items():
         assert row["count"] == expected[start]["count"]
         assert row["avg"] == pytest.approx(expected[start]["avg"])
+
+
+def _lines(folder: Path) -> list[str]:
+    return [line for p in sorted(folder.iterdir()) for line in p.read_text().splitlines()]
+
+
+def test_branch_streams_equal_their_oracle(spark: SparkSession, tmp_path: Path) -> None:
+    oracle = _oracle("branch")
+    folder = EXAMPLES / "branch"
+    out = tmp_path / "out"
+    topology = load_topology(folder, config={"output": str(out)})
+    with run(topology, spark, tmp_path / "checkpoint", name="branch") as running:
+        assert running.await_termination(timeout=300)
+    expected = oracle.streams(_lines(folder / "corpus"))
+    for stream in ("even", "odd"):
+        got = Counter(row["n"] for _, rows in read_batches(out / stream) for row in rows)
+        assert got == expected[stream], stream
+
+
+def joined_rows(out: Path) -> list[tuple[int, str, int, int, int]]:
+    return sorted(
+        (row["id"], row["gender"], _epoch(row["gender_ts"]), row["age"], _epoch(row["age_ts"]))
+        for _, rows in read_batches(out)
+        for row in rows
+    )
+
+
+def test_single_join_equals_its_oracle(spark: SparkSession, tmp_path: Path) -> None:
+    oracle = _oracle("single-join")
+    folder = EXAMPLES / "single-join"
+    out = tmp_path / "out"
+    topology = load_topology(folder, config={"output": str(out)})
+    with run(topology, spark, tmp_path / "checkpoint", name="join") as running:
+        assert running.await_termination(timeout=300)
+    corpus = folder / "corpus"
+    expected = oracle.joined(_lines(corpus / "gender"), _lines(corpus / "age"))
+    assert len(expected) > 100
+    assert joined_rows(out) == expected
+
+
+@pytest.mark.timeout(600)
+def test_single_join_through_nimbus_survives_a_worker_sigkill(
+    spawn: Spawn, zk_hosts: str, tmp_path: Path
+) -> None:
+    """Both inputs' second halves arrive after the worker was SIGKILLed: every pair
+    joined once, as the oracle says (the join's state came back from the checkpoint)."""
+    oracle = _oracle("single-join")
+    corpus = EXAMPLES / "single-join" / "corpus"
+    inputs = {side: tmp_path / side for side in ("gender", "age")}
+    out, state = tmp_path / "output", tmp_path / "supervisor"
+    for folder in inputs.values():
+        folder.mkdir()
+    code = {"topology.py": (EXAMPLES / "single-join" / "topology.py").read_bytes()}
+    package = make_package(code, tmp_path / "join.zip")
+    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        seeds = replica.address
+        config = json.dumps({**{k: str(v) for k, v in inputs.items()}, "output": str(out)})
+        done = cli(
+            "submit", str(package), "--name", "join", "--config-json", config, "--seeds", seeds
+        )
+        assert done.returncode == 0, done.stderr
+        halves = {side: sorted((corpus / side).iterdir()) for side in inputs}
+        for side, folder in inputs.items():
+            add_input(folder, halves[side][0].name, halves[side][0].read_text().splitlines())
+        first = oracle.joined(*(halves[s][0].read_text().splitlines() for s in ("gender", "age")))
+        wait_until(lambda: len(joined_rows(out)) >= len(first) // 2, timeout=300, interval=0.5,
+                   message="pairs of the first halves joined")  # fmt: skip
+        (pid_file,) = state.glob("workers/*/worker.pid")
+        killed = int(pid_file.read_text().split()[0])
+        os.kill(killed, signal.SIGKILL)
+        for side, folder in inputs.items():
+            add_input(folder, halves[side][1].name, halves[side][1].read_text().splitlines())
+        expected = oracle.joined(_lines(corpus / "gender"), _lines(corpus / "age"))
+        wait_until(lambda: joined_rows(out) == expected, timeout=300, interval=1.0,
+                   message="every pair joined once, as the oracle says")  # fmt: skip
+    finally:
+        stop_supervisor(supervisor)
