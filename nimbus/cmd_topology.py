@@ -230,6 +230,7 @@ def component_metrics(c: records.ComponentMetrics) -> dict[str, Any]:
         "skipped_rows": c.skipped_rows,
         "rows_per_s": round(c.rows_per_s, 1),
         "partitions": c.partitions,
+        "late_rows": c.late_rows,
     }
 
 
@@ -239,12 +240,14 @@ def topology_metrics(workers: Sequence[pb.WorkerStatus]) -> dict[str, dict[str, 
     for w in workers:
         for c in w.components:
             m = merged.setdefault(
-                c.component, {"rows": 0, "skipped_rows": 0, "rows_per_s": 0.0, "partitions": 0}
+                c.component,
+                {"rows": 0, "skipped_rows": 0, "rows_per_s": 0.0, "partitions": 0, "late_rows": 0},
             )
             m["rows"] += c.rows
             m["skipped_rows"] += c.skipped_rows
             m["rows_per_s"] = round(m["rows_per_s"] + c.rows_per_s, 1)
             m["partitions"] += c.partitions
+            m["late_rows"] += c.late_rows
     return merged
 
 

@@ -37,6 +37,7 @@ class Progress:
     rows_by_sink: dict[str, dict[str, int]] = field(default_factory=dict)
     skipped_by_sink: dict[str, dict[str, int]] = field(default_factory=dict)
     state_partitions: dict[str, int] = field(default_factory=dict)  # per stateful component
+    late_rows: dict[str, int] = field(default_factory=dict)  # per stateful component
     samples: deque[tuple[float, int, dict[str, int]]] = field(default_factory=deque)
 
     def copy(self) -> Progress:
@@ -76,6 +77,8 @@ class Progress:
             partitions = operators[0].get("numShufflePartitions")
             if partitions:
                 self.state_partitions[stateful] = int(partitions)
+            late = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators)
+            self.late_rows[stateful] = self.late_rows.get(stateful, 0) + late
 
     def component_rows(self) -> dict[str, int]:
         return _merge(self.rows_by_sink)
@@ -101,6 +104,7 @@ class Progress:
                 skipped_rows=skipped.get(name, 0),
                 rows_per_s=round(rates.get(name, 0.0), 1),
                 partitions=self.state_partitions.get(name, tasks),
+                late_rows=self.late_rows.get(name, 0),
             )
             for name, tasks in parallelism.items()
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 from collections import Counter
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from code_sync.package import make_package
 from pipeline.package import load_topology
+from pipeline.progress import Progress
 from pipeline.runner import run
 from pipeline.sinks import read_batches
 from tests.cluster import REPO, wait_for_agreed_leader
@@ -56,18 +58,30 @@ def window_rankings(out: Path) -> dict[int, list[tuple[str, int]]]:
 
 
 def test_rolling_top_words_equals_its_oracle(spark: SparkSession, tmp_path: Path) -> None:
+    """Then a row later than the watermark: dropped, no ranking changes, counted late."""
     oracle = _oracle("rolling-top-words")
     folder = EXAMPLES / "rolling-top-words"
-    out = tmp_path / "out"
-    topology = load_topology(folder, config={"output": str(out)})
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    shutil.copytree(folder / "corpus", inbox)
+    topology = load_topology(folder, config={"input": str(inbox), "output": str(out)})
     with run(topology, spark, tmp_path / "checkpoint", name="rtw") as running:
         assert running.await_termination(timeout=300)
-    lines = [
-        line for p in sorted((folder / "corpus").iterdir()) for line in p.read_text().splitlines()
-    ]
+    lines = _lines(inbox)
     expected = oracle.rankings(lines)
     assert expected, "the corpus closes some windows"
     assert window_rankings(out) == expected
+    (inbox / "late.txt").write_text(
+        "2026-01-01T00:00:01Z storm\n" * 50 + "2026-01-01T00:00:02Z bolt\n"
+    )
+    with run(topology, spark, tmp_path / "checkpoint", name="rtw") as running:
+        assert running.await_termination(timeout=300)
+        progress = Progress()
+        progress.update(running, now=0.0)
+    assert window_rankings(out) == expected, "a late row changes no written ranking"
+    (counts,) = (c for c in progress.components({"counts": 2}) if c.component == "counts")
+    # Spark counts late rows where state is kept, after its partial aggregation: one per
+    # window and key, so each late word counts once in each of its 3 sliding windows.
+    assert counts.late_rows == 2 * 3
 
 
 @pytest.mark.timeout(600)

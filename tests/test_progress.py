@@ -26,7 +26,9 @@ def _report(batch: int, second: int, rows: int, **observed: dict[str, int]) -> d
         "timestamp": f"2026-11-24T12:00:{second:02d}.000Z",
         "numInputRows": rows,
         "observedMetrics": {name: _Row(v) for name, v in observed.items()},
-        "stateOperators": [{"numShufflePartitions": 4}] if observed else [],
+        "stateOperators": (
+            [{"numShufflePartitions": 4, "numRowsDroppedByWatermark": 2}] if observed else []
+        ),
     }
 
 
@@ -49,6 +51,7 @@ def test_a_batch_after_an_idle_report_of_its_id_is_counted() -> None:
     assert by_name["count"].rows == 5
     assert by_name["count"].partitions == 4, "a stateful step's partitions are Spark's"
     assert by_name["parse"].partitions == 2
+    assert by_name["count"].late_rows == 4, "rows dropped as late, summed over batches"
 
 
 def test_rates_come_from_the_reports_of_the_window() -> None:

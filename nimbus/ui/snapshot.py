@@ -402,4 +402,5 @@ def _component(c: records.ComponentMetrics) -> Json:
         "skipped_rows": c.skipped_rows,
         "rows_per_s": round(c.rows_per_s, 1),
         "partitions": c.partitions,
+        "late_rows": c.late_rows,
     }

@@ -197,18 +197,20 @@ class WorkerHeartbeat(_message.Message):
     def __init__(self, topology_id: _Optional[str] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., time_ms: _Optional[int] = ..., batches_committed: _Optional[int] = ..., rows_processed: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., status: _Optional[str] = ..., last_error: _Optional[str] = ..., failures_in_a_row: _Optional[int] = ..., restarts: _Optional[int] = ..., log_path: _Optional[str] = ..., components: _Optional[_Iterable[_Union[ComponentMetrics, _Mapping]]] = ..., rows_per_s: _Optional[float] = ..., partitioning_note: _Optional[str] = ...) -> None: ...
 
 class ComponentMetrics(_message.Message):
-    __slots__ = ("component", "rows", "skipped_rows", "rows_per_s", "partitions")
+    __slots__ = ("component", "rows", "skipped_rows", "rows_per_s", "partitions", "late_rows")
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_ROWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_PER_S_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LATE_ROWS_FIELD_NUMBER: _ClassVar[int]
     component: str
     rows: int
     skipped_rows: int
     rows_per_s: float
     partitions: int
-    def __init__(self, component: _Optional[str] = ..., rows: _Optional[int] = ..., skipped_rows: _Optional[int] = ..., rows_per_s: _Optional[float] = ..., partitions: _Optional[int] = ...) -> None: ...
+    late_rows: int
+    def __init__(self, component: _Optional[str] = ..., rows: _Optional[int] = ..., skipped_rows: _Optional[int] = ..., rows_per_s: _Optional[float] = ..., partitions: _Optional[int] = ..., late_rows: _Optional[int] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("component", "message", "time_ms", "host", "epoch")
