@@ -11,13 +11,13 @@ package does can hang, exhaust or crash the leader. A verdict comes back as
 ``PackageInvalid`` naming the component and the problem; a check that could not finish is
 ``PackageCheckFailed``, also a refusal: a topology nobody could validate is not accepted.
 
-A topology with SQL text (``Where``, ``Select``, ``Window``) is checked twice: the first
-run, without Spark, says whether it needs analysis; only then does a second run start a
-small local Spark (before its limits, see ``pipeline.check``) to resolve every
-expression against the declared fields, so a misspelt function or a missing column is
-refused at submit naming the component. The second run gets ``spark_start_s`` more
-wall-clock time than ``timeout_s`` for the JVM; the JVM is in the child's process group,
-so a check over its time is killed whole.
+A topology with SQL text (``Where``, ``Select``, ``Window``, ``Branch``) is checked
+twice: the first run, without Spark, says whether it needs analysis; only then does a
+second run start a small local Spark (before its limits, see ``pipeline.check``) to
+resolve every expression against the declared fields, so a misspelt function or a missing
+column is refused at submit naming the component. The second run gets ``spark_start_s``
+more wall-clock time than ``timeout_s`` for the JVM; the JVM is in the child's process
+group, so a check over its time is killed whole.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@
 ``Select(x="nosuch + 1")`` passes it and would fail later, in a worker, with Spark's
 ``[UNRESOLVED_ROUTINE]`` or ``[UNRESOLVED_COLUMN...]``. Here every spout becomes an
 empty *static* DataFrame of its declared columns (``static_schema``), and each bolt's
-step is built on its inputs exactly as the compiler builds it (``_spark_step``: the same
-error text, the same declared-columns check). Spark analyses a DataFrame when it is
-built, so a wrong expression fails at once; nothing is read and no job runs.
+step is built on its inputs exactly as the compiler builds it (``bolt_frame``: the same
+streams, joins and unions, the same error text, the same declared-columns check). Spark
+analyses a DataFrame when it is built, so a wrong expression fails at once; nothing is
+read and no job runs.
 
 Spark is needed only for bolts that take SQL text (``needs_analysis``: ``Where``,
-``Select``, ``Window``'s aggregates): a JVM costs about 7 s and 512 MiB, which a plain
-word count must not pay.
+``Select``, ``Window``'s aggregates, ``Branch``'s predicates): a JVM costs about 7 s and
+512 MiB, which a plain word count must not pay.
 
 Column types come from the spout. Built-in spouts have known types; for any other spout
 every declared field is taken as a string, a guess, so downstream of such a spout only
@@ -31,23 +32,24 @@ import functools
 import logging
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from pipeline.bolts import Select, Where
-from pipeline.compiler import _spark_step, validate
+from pipeline.compiler import _spark_step, bolt_frame, subscribed, validate
 from pipeline.components import Bolt, Sink, Spout
 from pipeline.errors import PipelineError, TopologyError
 from pipeline.graph import Topology
 from pipeline.session import make_spark
 from pipeline.spouts import FilesSpout, PythonSpout, RateSpout, SocketSpout
+from pipeline.streams import Branch
 from pipeline.windows import Window
 
 #: Bolts whose user-written SQL text only Spark can resolve; add new ones here.
-SQL_TEXT_BOLTS: tuple[type[Bolt], ...] = (Where, Select, Window)
+SQL_TEXT_BOLTS: tuple[type[Bolt], ...] = (Where, Select, Window, Branch)
 #: Spouts whose column types ``static_schema`` knows; any other's are guessed (strings).
 TYPED_SPOUTS: tuple[type[Spout], ...] = (FilesSpout, RateSpout, SocketSpout, PythonSpout)
 #: Error conditions that hold whatever the column types (names, syntax, arity).
@@ -106,22 +108,16 @@ def analyse(topology: Topology, spark: SparkSession) -> None:
             frames[name] = _spark_step(spec, plan, functools.partial(static_frame, spark, comp))
             continue
         if any(g.source not in frames for g in spec.inputs):
-            continue  # downstream of a branch whose analysis ended
+            continue  # downstream of a step whose analysis ended
         if any(g.source in guessed for g in spec.inputs):
             guessed.add(name)
-        inputs = [frames[g.source] for g in spec.inputs]
+        inputs = [subscribed(frames[g.source], g) for g in spec.inputs]
         try:
-            frames[name] = _spark_step(spec, plan, functools.partial(_bolt_step, comp, inputs))
+            frames[name] = bolt_frame(spec, plan, inputs)
         except TopologyError as e:
             if name in guessed and not _type_free(e.__cause__):
                 continue  # a type error on guessed types proves nothing
             raise
-
-
-def _bolt_step(bolt: Bolt, inputs: Sequence[DataFrame]) -> DataFrame:
-    """Union the inputs by name, as ``compile_topology`` does, then apply the bolt."""
-    merged = functools.reduce(lambda a, b: a.unionByName(b), inputs)
-    return bolt.apply(merged)
 
 
 def _type_free(cause: BaseException | None) -> bool:

@@ -4,14 +4,14 @@ Run by the leader in a child process with time and memory limits before it ackno
 a submission (``nimbus.package_check``): the package is user code, so ``build()`` may
 loop, allocate without bound or crash, and none of that may reach the leader.
 
-With ``--analyse``, a topology with SQL text (``Where``, ``Select``, ``Window``) also
-has it resolved by Spark's analyzer (``pipeline.analysis``), so a misspelt function or a
-missing column is refused here rather than in a worker. A JVM cannot start under the
-limits, so when limits are given the session starts first, before them and before any
-user code, and the limits are raised by what starting it took (user code gets the same
-room as in a check without Spark); without limits it starts only once the loaded
-topology turns out to need it. The leader runs the check without ``--analyse`` first
-and again with it only when the first verdict says ``needs_analysis``, so a package
+With ``--analyse``, a topology with SQL text (``Where``, ``Select``, ``Window``,
+``Branch``) also has it resolved by Spark's analyzer (``pipeline.analysis``), so a
+misspelt function or a missing column is refused here rather than in a worker. A JVM
+cannot start under the limits, so when limits are given the session starts first, before
+them and before any user code, and the limits are raised by what starting it took (user
+code gets the same room as in a check without Spark); without limits it starts only once
+the loaded topology turns out to need it. The leader runs the check without ``--analyse``
+first and again with it only when the first verdict says ``needs_analysis``, so a package
 without SQL text, or one already invalid, never pays for a JVM.
 
 Prints one JSON line: ``{"ok": true, "components": [...], "analysed": ...,

@@ -28,6 +28,7 @@ from nimbus.package_check import CheckLimits, PackageCheckFailed, check_package
 from pipeline.analysis import analyse, needs_analysis
 from pipeline.api import (
     Bolt,
+    Branch,
     ConsoleSink,
     FilesSpout,
     PythonSpout,
@@ -41,6 +42,7 @@ from pipeline.api import (
     Where,
     Window,
 )
+from pipeline.components import STREAM
 from pipeline.errors import TopologyError
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, submit, sync_flags
@@ -257,6 +259,26 @@ def test_spouts_give_their_real_column_types(spark: SparkSession) -> None:
         refusal(spark, topology(files, Select(w="line"), Where("uper(w) = 'A'")))
     )
     assert not needs_analysis(topology(files, Split("line", "w")))
+
+
+def test_branch_predicates_are_resolved_and_its_streams_followed(spark: SparkSession) -> None:
+    def branched(predicate: str, downstream: str) -> Topology:
+        b = TopologyBuilder()
+        b.set_spout("lines", FilesSpout("in", "line"))
+        b.set_bolt("route", Branch({"long": predicate}, default="rest")).shuffle_grouping("lines")
+        b.set_bolt("pick", Select(n=downstream)).shuffle_grouping("route", stream="long")
+        b.set_bolt("out", ConsoleSink()).shuffle_grouping("pick")
+        return b.build()
+
+    assert needs_analysis(branched("length(line) > 3", "length(line)"))
+    assert refusal(spark, branched("length(line) > 3", "length(line)")) is None
+    assert "route: Spark refused it: [UNRESOLVED_ROUTINE]" in str(
+        refusal(spark, branched("lenght(line) > 3", "length(line)"))
+    )
+    # The subscription reads the stream's rows without its tag column.
+    assert "pick: Spark refused it: [UNRESOLVED_COLUMN" in str(
+        refusal(spark, branched("length(line) > 3", STREAM))
+    )
 
 
 def test_window_aggregates_are_sql_text_too(spark: SparkSession) -> None:
