@@ -72,7 +72,8 @@ class GraphCache:
         try:
             if not self._store.has(digest):
                 return _unavailable("this replica does not hold the code yet", retry=True)
-            components = check_package(self._store.path(digest), self._limits)
+            # The graph only: no Spark analysis of a package the leader already accepted.
+            components = check_package(self._store.path(digest), self._limits, analyse=False)
         except StoreError as e:
             return _unavailable(f"cannot read the package: {e}", retry=True)
         except PackageInvalid as e:
