@@ -88,7 +88,8 @@ class Cluster:
             ],
         )  # fmt: skip
         ui = f"  web UI http://127.0.0.1:{ui_port}/" if ui_port else ""
-        print(f"nimbus replica   {address}{ui}  (log {self.workdir}/replica-{port}.log)")
+        pid = self.replicas[address].pid
+        print(f"nimbus replica   {address}{ui}  (pid {pid}, log {self.workdir}/replica-{port}.log)")
 
     def start_supervisor(self, index: int) -> None:
         name = f"supervisor-{index}"
@@ -101,7 +102,21 @@ class Cluster:
                 "--state-dir", str(self.workdir / name),
             ],
         )  # fmt: skip
-        print(f"supervisor       {name}  (log {self.workdir}/{name}.log)")
+        pid = self.supervisors[name].pid
+        print(f"supervisor       {name}  (pid {pid}, log {self.workdir}/{name}.log)")
+
+    def report_exits(self, reported: set[str]) -> None:
+        """Say once, per process, that one of the cluster's processes has exited."""
+        for name, proc in [*self.replicas.items(), *self.supervisors.items()]:
+            code = proc.poll()
+            if code is not None and name not in reported:
+                reported.add(name)
+                kind = "replica" if name in self.replicas else "supervisor"
+                print(
+                    f"{kind} {name} (pid {proc.pid}) exited with status {code}; the rest "
+                    "keep running (see its log)",
+                    flush=True,
+                )
 
     def stop(self) -> None:
         procs = [*self.replicas.values(), *self.supervisors.values()]
@@ -275,13 +290,16 @@ def run(args: argparse.Namespace) -> int:
                     cluster.start_replica(port, ui_port)
                 for index in range(1, args.supervisors + 1):
                     cluster.start_supervisor(index)
+                seeds = ",".join(cluster.replicas)
+                print(f"seeds            {seeds}  (or: export NIMBUS_SEEDS={seeds})")
                 with NimbusClient(list(cluster.replicas), deadline=60, attempts=400) as client:
                     if args.demo:
                         return _demo(cluster, client, stop)
                     _show_cluster(client)
                     print("running; Ctrl-C to stop", flush=True)
+                    exited: set[str] = set()
                     while not stop.wait(0.5):
-                        pass
+                        cluster.report_exits(exited)
                 return 0
             finally:
                 # Replicas and supervisors first, while ZooKeeper still serves their

@@ -219,7 +219,8 @@ def run_describe(args: argparse.Namespace) -> int:
         print(json.dumps(view))
     else:
         for key, value in view.items():
-            print(f"{key:>14}: {value}")
+            shown = json.dumps(value) if isinstance(value, dict | list) else value
+            print(f"{key:>21}: {shown}")
     return 0
 
 

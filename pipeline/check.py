@@ -81,7 +81,8 @@ def check(
             if needed and session is not None:
                 analyse(topology, session())
         except TopologyError as e:
-            return {"ok": False, "component": e.component, "error": str(e)}
+            # The component is its own key: the message need not name it again.
+            return {"ok": False, "component": e.component, "error": e.problem}
         except PackageError as e:
             if isinstance(e.__cause__, MemoryError):
                 return {

@@ -6,6 +6,7 @@ on an undeclared field at submit time instead of failing inside a running query.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -52,8 +53,16 @@ def require_fields(needed: Sequence[str], have: Fields, what: str) -> None:
     for name in needed:
         if name not in have:
             raise TopologyError(
-                None, f"{what} uses undeclared field {name!r}; its input declares {list(have)}"
+                None,
+                f"{what} uses undeclared field {name!r}{did_you_mean(name, have)}; its input "
+                f"declares {list(have)}",
             )
+
+
+def did_you_mean(name: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'country'?)`` for a close name, else empty."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def ddl_field_names(ddl: str) -> Fields:

@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import sys
 import tempfile
+import traceback
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -85,7 +86,7 @@ def load_topology(
     except TopologyError:
         raise
     except (Exception, SystemExit) as e:
-        raise PackageError(f"build() in {root / TOPOLOGY_ENTRY} raised {e!r}") from e
+        raise PackageError(f"build() failed: {user_error(e, root)}") from e
     finally:
         _pickle_package_by_value(root)
     if not isinstance(topology, Topology):
@@ -124,8 +125,31 @@ def _import_topology_module(root: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:
         del sys.modules[name]
-        raise PackageError(f"importing {root / TOPOLOGY_ENTRY} raised {e!r}") from e
+        raise PackageError(f"importing {TOPOLOGY_ENTRY} failed: {user_error(e, root)}") from e
     return module
+
+
+def user_error(e: BaseException, root: Path) -> str:
+    """An error in the package's code as its author wants it: the package's own file names
+    (not where it was unpacked), the line, and the frames of the package's code."""
+    if isinstance(e, SyntaxError):
+        where = _relative(e.filename or TOPOLOGY_ENTRY, root)
+        text = f"{where} line {e.lineno}: {e.msg}"
+        if e.text:
+            caret = " " * max(0, (e.offset or 1) - 1) + "^"
+            text += f"\n    {e.text.rstrip()}\n    {caret}"
+        return text
+    frames = [
+        f"  {_relative(f.filename, root)} line {f.lineno}, in {f.name}: {(f.line or '').strip()}"
+        for f in traceback.extract_tb(e.__traceback__)
+        if Path(f.filename).resolve().is_relative_to(root)
+    ]
+    return "\n".join([f"{type(e).__name__}: {e}", *frames])
+
+
+def _relative(filename: str, root: Path) -> str:
+    path = Path(filename).resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else filename
 
 
 def _pickle_package_by_value(root: Path) -> None:

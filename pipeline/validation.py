@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pipeline.components import Bolt, Fields, Sink, Spout
+from pipeline.components import Bolt, Fields, Sink, Spout, did_you_mean
 from pipeline.errors import TopologyError
 from pipeline.graph import ComponentSpec, Grouping, GroupingKind, Topology
 from pipeline.streams import Join
@@ -165,8 +165,8 @@ def _resolve(
             if f not in src_fields:
                 raise TopologyError(
                     spec.name,
-                    f"fields grouping from {g.source!r} names undeclared field {f!r}; "
-                    f"{g.source!r} declares {list(src_fields)}",
+                    f"fields grouping from {g.source!r} names undeclared field "
+                    f"{f!r}{did_you_mean(f, src_fields)}; {g.source!r} declares {list(src_fields)}",
                 )
         if first is None:
             first = src_fields

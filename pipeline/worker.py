@@ -24,38 +24,29 @@ a restarted supervisor adopts it (``pipeline.adopt``).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import os
-import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster.api import records
-from cluster.errors import NimbusError
-from cluster.factory import make_kazoo_client
 from cluster.paths import Paths, worker_name
-from cluster.security.zkauth import zk_auth_from_env
 from fencing import FencingError, Membership
 from pipeline.activity import Activity
 from pipeline.claims import ClaimAbortedError, NotAssignedError, SlotClaim
 from pipeline.commits import Committer
-from pipeline.errors import PipelineError, PipelineRunError, TopologyError
-from pipeline.failures import one_line, record_failure
+from pipeline.errors import PipelineRunError, TopologyError
+from pipeline.failures import one_line
 from pipeline.graph import Topology
 from pipeline.package import load_topology, unpack_package
 from pipeline.progress import Progress
@@ -111,6 +102,7 @@ class Worker:
         self.topology_id = topology_id
         self.history = history or FailureHistory()
         self.failure: str | None = None  # why the query failed, one line
+        self._failed = False  # the failure is in the heartbeat already
         self.supervisor_id = supervisor_id
         self.slot = slot
         self.stop_requested = threading.Event()
@@ -182,7 +174,9 @@ class Worker:
             status=status,
             last_error=self.history.last_error,
             # A committed batch ends a run of failures: the pipeline works again.
-            failures_in_a_row=0 if progress.batches else self.history.failures_in_a_row,
+            failures_in_a_row=(
+                0 if progress.batches and not self._failed else self.history.failures_in_a_row
+            ),
             restarts=self.history.restarts,
             log_path=self.history.log_path,
             components=progress.components(parallelism),
@@ -291,6 +285,21 @@ class Worker:
             self.claim.release()
             spark.stop()
 
+    def _report_failure(self, failure: str) -> None:
+        """Say so in the heartbeat at once: the user sees a failing topology now, not
+        after Spark has stopped and the supervisor has reaped this process."""
+        with self._lock:
+            ran = self._progress.batches > 0  # a healthy run ended: a new run of failures
+        self.history = FailureHistory(
+            last_error=failure,
+            failures_in_a_row=1 if ran else self.history.failures_in_a_row + 1,
+            restarts=self.history.restarts,
+            log_path=self.history.log_path,
+        )
+        self._failed = True
+        self.set_status(f"failed: {failure}")
+        self.beat()
+
     def _adopt_sink_folders(self, topology: Topology) -> None:
         def is_live(topology_id: str) -> bool:
             return self._client.exists(self._paths.storm(topology_id)) is not None
@@ -338,6 +347,7 @@ class Worker:
                     break
                 log.error("%s: the query ended: %s", self.topology_id, failure)
                 self.failure = one_line(failure) if failure is not None else "the query ended"
+                self._report_failure(self.failure)
                 return EXIT_FAILED
         if reason is None:  # asked to stop: a claim already at risk still means fenced
             reason = self.claim.stop_reason() or self.claim.publish_refusal()
@@ -371,111 +381,8 @@ def _rebalanced(topology: Topology, parallelism: dict[str, int]) -> Topology:
         raise PipelineRunError(f"the recorded parallelism cannot be applied: {e}") from e
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--zookeeper", required=True, help="ZooKeeper connect string")
-    p.add_argument("--root", default="/storm", help="ZooKeeper root of this cluster")
-    p.add_argument("--topology-id", required=True)
-    p.add_argument("--supervisor-id", required=True)
-    p.add_argument("--slot", type=int, required=True)
-    p.add_argument("--package", required=True, help="topology package: a folder or a zip")
-    p.add_argument("--state-dir", required=True, help="checkpoint and unpacked code live here")
-    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds")
-    p.add_argument("--session-timeout", type=float, default=10.0, help="seconds")
-    p.add_argument("--spark-master", default="local[2]", help="Spark master URL")
-    p.add_argument(
-        "--checkpoint-dir", default="", help="checkpoint folder; default <state-dir>/checkpoint"
-    )
-    p.add_argument("--host", default=socket.gethostname(), help="named in the worker's claim")
-    p.add_argument(
-        "--suspended-fraction",
-        type=float,
-        default=0.3,
-        help="stop once SUSPENDED this fraction of the session timeout",
-    )
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
-    history = p.add_argument_group("what the supervisor knows of the slot's earlier workers")
-    history.add_argument("--last-error", default="", help="why the last one failed")
-    history.add_argument("--failures-in-a-row", type=int, default=0)
-    history.add_argument("--restarts", type=int, default=0)
-    history.add_argument("--log-path", default="", help="this worker's log, for describe")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.worker", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=str(args.log_level).upper(),
-        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    try:  # the supervisor exported its ZooKeeper identity (a file path, never the secret)
-        zk_auth = zk_auth_from_env()
-    except NimbusError as e:
-        print(f"worker: {e}", file=sys.stderr)
-        return 2
-    client = make_kazoo_client(args.zookeeper, session_timeout=args.session_timeout, auth=zk_auth)
-    try:
-        client.start(timeout=max(args.session_timeout, 10.0))
-    except KazooTimeoutError:
-        print(f"worker: could not reach ZooKeeper at {args.zookeeper}", file=sys.stderr)
-        client.close()
-        return EXIT_NO_ZOOKEEPER
-    paths = Paths(args.root)
-    claim = SlotClaim(
-        client,
-        paths,
-        topology_id=args.topology_id,
-        supervisor_id=args.supervisor_id,
-        slot=args.slot,
-        host=args.host,
-        session_timeout=args.session_timeout,
-        suspended_fraction=args.suspended_fraction,
-    )
-    worker = Worker(
-        client,
-        paths,
-        topology_id=args.topology_id,
-        supervisor_id=args.supervisor_id,
-        slot=args.slot,
-        heartbeat_interval=args.heartbeat_interval,
-        session_timeout=args.session_timeout,
-        claim=claim,
-        history=FailureHistory(
-            args.last_error, args.failures_in_a_row, args.restarts, args.log_path
-        ),
-    )
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        worker.stop_requested.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    worker.start_beating()
-    code = EXIT_FAILED
-    end = "failed"
-    try:
-        checkpoint = Path(args.checkpoint_dir) if args.checkpoint_dir else None
-        code = worker.run(Path(args.package), Path(args.state_dir), args.spark_master, checkpoint)
-        end = {EXIT_OK: "stopped", EXIT_FENCED: "fenced off: claim lost"}.get(
-            code, f"failed: {worker.failure or 'the query ended'}"
-        )
-        if code == EXIT_FAILED:
-            record_failure(Path(args.state_dir), worker.failure or "the query ended")
-    except PipelineError as e:
-        log.error("%s", e)
-        end = f"failed: {one_line(e)}"
-        record_failure(Path(args.state_dir), one_line(e))
-    finally:
-        worker.finish_beating(end)
-        client.stop()
-        client.close()
-    return code
-
-
 if __name__ == "__main__":
     # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
-    from pipeline.worker import main as run_main
+    from pipeline.worker_main import main as run_main
 
     sys.exit(run_main())

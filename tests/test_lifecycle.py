@@ -98,6 +98,8 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
         assert "no component 'nosuch'" in unknown.stderr
         shown = ok_json("describe", "wc", "--seeds", seeds)
         assert shown["num_workers"] == 3
+        plain = cli("describe", "wc", "--seeds", seeds).stdout
+        assert "component_parallelism: {" in plain and "{'" not in plain, "JSON, not reprs"
         wait_until(
             lambda: len(ok_json("describe", "wc", "--seeds", seeds)["workers"]) == 3,
             timeout=30,

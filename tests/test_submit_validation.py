@@ -54,7 +54,7 @@ BROKEN = {
     b.set_bolt("out", ConsoleSink()).shuffle_grouping("count")
     return b.build()
 """,
-        ["component 'count'", "undeclared field 'wrd'"],
+        ["component 'count'", "undeclared field 'wrd' (did you mean 'word'?)"],
     ),
     "loops": (
         b"def build():\n    while True:\n        pass\n",
@@ -99,6 +99,7 @@ def test_broken_and_hostile_topologies_are_refused_and_the_leader_keeps_serving(
         assert refused.returncode != 0, f"{name} was accepted"
         for word in words:
             assert word in refused.stderr, f"{name}: {word!r} not in {refused.stderr!r}"
+        assert refused.stderr.count("'count'") <= 1, "the component is named once"
         assert leader.proc is not None and leader.proc.poll() is None, "the leader died"
         assert leader.leader_reply() is not None, f"the leader stopped serving after {name}"
     # Nothing of any refused topology was written.
