@@ -239,3 +239,54 @@ def test_single_join_through_nimbus_survives_a_worker_sigkill(
                    message="every pair joined once, as the oracle says")  # fmt: skip
     finally:
         stop_supervisor(supervisor)
+
+
+def _sliding_produced(out: Path) -> object:
+    tumbling = {s: {**r, "avg": round(r["avg"], 9)} for s, r in _windows(out / "tumbling").items()}
+    return _windows(out / "sliding"), tumbling
+
+
+def _sliding_expected(oracle: ModuleType, lines: list[str]) -> object:
+    tumbling = {s: {**r, "avg": round(r["avg"], 9)} for s, r in oracle.tumbling(lines).items()}
+    return oracle.sliding(lines), tumbling
+
+
+def _branch_produced(out: Path) -> object:
+    return {
+        stream: Counter(row["n"] for _, rows in read_batches(out / stream) for row in rows)
+        for stream in ("even", "odd")
+    }
+
+
+CLI_EXAMPLES = {
+    "sliding-window": (_sliding_expected, _sliding_produced),
+    "branch": (lambda oracle, lines: oracle.streams(lines), _branch_produced),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("example", list(CLI_EXAMPLES))
+def test_an_example_through_nimbus_submit_equals_its_oracle(
+    spawn: Spawn, zk_hosts: str, tmp_path: Path, example: str
+) -> None:
+    expect, produced = CLI_EXAMPLES[example]
+    folder = EXAMPLES / example
+    inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
+    shutil.copytree(folder / "corpus", inbox)
+    code = {"topology.py": (folder / "topology.py").read_bytes()}
+    package = make_package(code, tmp_path / f"{example}.zip")
+    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        config = json.dumps({"input": str(inbox), "output": str(out)})
+        done = cli(
+            "submit", str(package), "--name", example, "--config-json", config,
+            "--seeds", replica.address,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        expected = expect(_oracle(example), _lines(inbox))
+        wait_until(lambda: produced(out) == expected, timeout=300, interval=1.0,
+                   message=f"{example}'s output equal to its oracle's")  # fmt: skip
+    finally:
+        stop_supervisor(supervisor)
