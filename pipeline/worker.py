@@ -256,8 +256,7 @@ class Worker:
                     if not self._wait_active(activity):
                         return EXIT_FENCED if self.claim.stop_reason() else EXIT_OK
                 self.set_status("starting: query")
-                wanted = activity.parallelism()
-                running = _rebalanced(topology, wanted)
+                running = _rebalanced(topology, activity.parallelism())
                 topology_run = run(
                     running,
                     spark,
@@ -278,7 +277,7 @@ class Worker:
                     token.epoch,
                     self._parallelism,
                 )
-                code = self._watch(topology_run, token.epoch, activity, wanted)
+                code = self._watch(topology_run, token.epoch, activity, running)
                 if code not in (_PAUSE, _REBALANCE):
                     return code
         finally:
@@ -314,12 +313,12 @@ class Worker:
         return not self.stop_requested.is_set()
 
     def _watch(
-        self, topology_run: TopologyRun, epoch: int, activity: Activity, wanted: dict[str, int]
+        self, topology_run: TopologyRun, epoch: int, activity: Activity, running: Topology
     ) -> int:
         """Keep the query until a stop is asked for, the claim ends, or the query fails.
 
         Returns ``_PAUSE`` after stopping it because the topology was deactivated, and
-        ``_REBALANCE`` when its component parallelism changed from ``wanted``.
+        ``_REBALANCE`` when the record asks for other parallelism than ``running`` has.
         """
         code = EXIT_OK
         reason: str | None = None
@@ -336,7 +335,7 @@ class Worker:
                 reason, code = "topology deactivated", _PAUSE
                 break
             asked = activity.parallelism()
-            if asked != wanted:
+            if any(asked.get(spec.name, spec.parallelism) != spec.parallelism for spec in running):
                 reason, code = f"rebalanced to parallelism {asked}", _REBALANCE
                 break
             failure = topology_run.exception()
