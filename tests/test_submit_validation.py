@@ -56,6 +56,47 @@ BROKEN = {
 """,
         ["component 'count'", "undeclared field 'wrd' (did you mean 'word'?)"],
     ),
+    "window-field": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("parse", Select(ts="to_timestamp(line)", word="line")).shuffle_grouping("lines")
+    w = Window("10 seconds", on="time", watermark="5 seconds", keys=("word",))
+    b.set_bolt("counts", w).fields_grouping("parse", "word")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("counts")
+    return b.build()
+""",
+        ["component 'counts'", "undeclared field 'time'"],
+    ),
+    "top-without-window": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("top", TopN(3, by="line")).global_grouping("lines")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("top")
+    return b.build()
+""",
+        ["component 'top'", "TopN ranks within windows"],
+    ),
+    "stream": (
+        HEADER
+        + b"""    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("branch", Branch({"long": "length(line) > 3"})).shuffle_grouping("lines")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("branch", stream="lng")
+    return b.build()
+""",
+        ["component 'out'", "stream 'lng'", "did you mean 'long'"],
+    ),
+    "join-key": (
+        HEADER
+        + b"""    b.set_spout("a", FilesSpout("in"))
+    b.set_spout("b", FilesSpout("in2"))
+    b.set_bolt("ids", Select(id="line")).shuffle_grouping("b")
+    j = Join("a", "ids", on=("id",))
+    b.set_bolt("join", j).fields_grouping("a", "line").fields_grouping("ids", "id")
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("join")
+    return b.build()
+""",
+        ["component 'join'", "a join needs a fields grouping on its keys"],
+    ),
     "loops": (
         b"def build():\n    while True:\n        pass\n",
         ["longer than 15s", "does build() loop?"],
