@@ -30,6 +30,7 @@ from pipeline.spouts import (
     SentenceSource,
     SocketSpout,
 )
+from pipeline.stateful import Processor, State, StatefulBolt
 from pipeline.streams import Branch, Join
 from pipeline.windows import TopN, Window
 
@@ -51,6 +52,7 @@ __all__ = [
     "IndexedStreamReader",
     "Join",
     "OnError",
+    "Processor",
     "PythonSpout",
     "RateSpout",
     "RunningCount",
@@ -60,6 +62,8 @@ __all__ = [
     "SocketSpout",
     "Split",
     "Spout",
+    "State",
+    "StatefulBolt",
     "TopN",
     "Topology",
     "TopologyBuilder",

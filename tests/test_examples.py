@@ -20,7 +20,7 @@ from code_sync.package import make_package
 from pipeline.package import load_topology
 from pipeline.progress import Progress
 from pipeline.runner import run
-from pipeline.sinks import read_batches
+from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.supervisors import start_supervisor, stop_supervisor
@@ -288,5 +288,48 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
         expected = expect(_oracle(example), _lines(inbox))
         wait_until(lambda: produced(out) == expected, timeout=300, interval=1.0,
                    message=f"{example}'s output equal to its oracle's")  # fmt: skip
+    finally:
+        stop_supervisor(supervisor)
+
+
+@pytest.mark.timeout(600)
+def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
+    spawn: Spawn, zk_hosts: str, tmp_path: Path
+) -> None:
+    """The Python stateful bolt's counts, exact through a SIGKILL of its worker: the
+    state of every word came back from the checkpoint, nothing counted twice."""
+    oracle = _oracle("stateful-count")
+    folder = EXAMPLES / "stateful-count"
+    inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
+    inbox.mkdir()
+    first, second = sorted((folder / "corpus").iterdir())
+    code = {"topology.py": (folder / "topology.py").read_bytes()}
+    package = make_package(code, tmp_path / "count.zip")
+    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
+
+    def counts() -> dict[str, int]:
+        latest = latest_by_key(read_batches(out), "word")
+        return {key[0]: row["count"] for key, row in latest.items()}
+
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        config = json.dumps({"input": str(inbox), "output": str(out)})
+        done = cli(
+            "submit", str(package), "--name", "count", "--config-json", config,
+            "--seeds", replica.address,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        add_input(inbox, first.name, first.read_text().splitlines())
+        expected = oracle.counts(first.read_text().splitlines())
+        wait_until(lambda: counts() == expected, timeout=300, interval=0.5,
+                   message="the first file counted exactly")  # fmt: skip
+        (pid_file,) = state.glob("workers/*/worker.pid")
+        killed = int(pid_file.read_text().split()[0])
+        add_input(inbox, second.name, second.read_text().splitlines())
+        os.kill(killed, signal.SIGKILL)
+        expected = oracle.counts(_lines(inbox))
+        wait_until(lambda: counts() == expected, timeout=300, interval=1.0,
+                   message="both files counted exactly after the SIGKILL")  # fmt: skip
     finally:
         stop_supervisor(supervisor)
