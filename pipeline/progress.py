@@ -90,7 +90,8 @@ class Progress:
         return (rows1 - rows0) / (t1 - t0) if t1 > t0 else 0.0
 
     def components(self, parallelism: Mapping[str, int]) -> list[records.ComponentMetrics]:
-        """Per component, in the topology's order (``parallelism``'s keys)."""
+        """Per counted component, in the topology's order (``parallelism``'s keys); SQL
+        bolts are not counted (``pipeline.compiler.observed`` says why)."""
         rows, skipped = self.component_rows(), _merge(self.skipped_by_sink)
         rates: dict[str, float] = {}
         if len(self.samples) >= 2:
@@ -107,6 +108,7 @@ class Progress:
                 late_rows=self.late_rows.get(name, 0),
             )
             for name, tasks in parallelism.items()
+            if name in rows or name in self.state_partitions
         ]
 
 
