@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from code_sync.package import make_package
+from pipeline.api import FileSink, FilesSpout, Join, Select, TopologyBuilder
 from pipeline.package import load_topology
 from pipeline.progress import Progress
 from pipeline.runner import run
@@ -333,3 +334,53 @@ def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
                    message="both files counted exactly after the SIGKILL")  # fmt: skip
     finally:
         stop_supervisor(supervisor)
+
+
+def test_a_left_outer_join_emits_unmatched_rows_once_the_watermark_passes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The single-join example as a left outer join: every gender row comes out, with the
+    age of its match or, once no match can come any more, with none."""
+    oracle = _oracle("single-join")
+    corpus = EXAMPLES / "single-join" / "corpus"
+    gender, age = _lines(corpus / "gender"), _lines(corpus / "age")
+    builder = TopologyBuilder()
+    for side in ("gender", "age"):
+        builder.set_spout(f"{side}-events", FilesSpout(str(corpus / side), "line"))
+        value = "split(line, ' ')[2]" if side == "gender" else "cast(split(line, ' ')[2] as int)"
+        parse = Select(
+            {
+                "id": "cast(split(line, ' ')[1] as bigint)",
+                side: value,
+                f"{side}_ts": "to_timestamp(split(line, ' ')[0])",
+            }
+        )
+        builder.set_bolt(side, parse).shuffle_grouping(f"{side}-events")
+    join = Join(
+        "gender", "age", on=("id",), how="left", within="10 seconds",
+        left_time="gender_ts", right_time="age_ts",
+    )  # fmt: skip
+    builder.set_bolt("join", join).fields_grouping("gender", "id").fields_grouping("age", "id")
+    out = tmp_path / "out"
+    builder.set_bolt("out", FileSink(str(out))).global_grouping("join")
+    with run(builder.build(), spark, tmp_path / "checkpoint", name="left") as running:
+        assert running.await_termination(timeout=300)
+    rows = [row for _, batch in read_batches(out) for row in batch]
+    matched = sorted(
+        (r["id"], r["gender"], _epoch(r["gender_ts"]), r["age"], _epoch(r["age_ts"]))
+        for r in rows
+        if r["age"] is not None
+    )
+    assert matched == oracle.joined(gender, age), "every match, once"
+    unmatched = [r["id"] for r in rows if r["age"] is None]
+    assert len(unmatched) == len(set(unmatched)), "an unmatched row comes out once"
+    times = {int(line.split(" ")[1]): line.split(" ")[0] for line in gender}
+    never = set(times) - {m[0] for m in matched}
+    assert set(unmatched) <= never, "a row with a match never comes out alone"
+    # Known unmatched once the watermark (newest time of the slower side less 10 s) has
+    # passed the row's time plus 10 s; rows nearer the end may still wait for a match.
+    newest = min(
+        max(_epoch(line.split(" ")[0].rstrip("Z")) for line in side) for side in (gender, age)
+    )
+    settled = {i for i in never if _epoch(times[i].rstrip("Z")) + 10 < newest - 10 - 1}
+    assert settled and settled <= set(unmatched)
