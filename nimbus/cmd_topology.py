@@ -20,6 +20,7 @@ from cluster.errors import NimbusError
 from cluster.security.client import add_client_flags
 from code_sync.package import make_package
 from nimbus.client import NimbusClient
+from nimbus.views import component_metrics
 
 CHUNK = 1024 * 1024
 
@@ -222,17 +223,6 @@ def run_describe(args: argparse.Namespace) -> int:
             shown = json.dumps(value) if isinstance(value, dict | list) else value
             print(f"{key:>21}: {shown}")
     return 0
-
-
-def component_metrics(c: records.ComponentMetrics) -> dict[str, Any]:
-    return {
-        "component": c.component,
-        "rows": c.rows,
-        "skipped_rows": c.skipped_rows,
-        "rows_per_s": round(c.rows_per_s, 1),
-        "partitions": c.partitions,
-        "late_rows": c.late_rows,
-    }
 
 
 def topology_metrics(workers: Sequence[pb.WorkerStatus]) -> dict[str, dict[str, Any]]:

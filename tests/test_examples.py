@@ -17,7 +17,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from code_sync.package import make_package
-from pipeline.api import FileSink, FilesSpout, Join, Select, TopologyBuilder
 from pipeline.package import load_topology
 from pipeline.progress import Progress
 from pipeline.runner import run
@@ -148,10 +147,7 @@ def test_sliding_and_tumbling_windows_equal_their_oracle(
 ) -> None:
     oracle = _oracle("sliding-window")
     folder = EXAMPLES / "sliding-window"
-    out = tmp_path / "out"
-    topology = load_topology(folder, config={"output": str(out)})
-    with run(topology, spark, tmp_path / "checkpoint", name="sw") as running:
-        assert running.await_termination(timeout=300)
+    out = _run_example(spark, tmp_path, "sliding-window")
     lines = (folder / "corpus" / "events-0001.txt").read_text().splitlines()
     assert _windows(out / "sliding") == oracle.sliding(lines)
     tumbling = _windows(out / "tumbling")
@@ -162,6 +158,15 @@ def test_sliding_and_tumbling_windows_equal_their_oracle(
         assert row["avg"] == pytest.approx(expected[start]["avg"])
 
 
+def _run_example(spark: SparkSession, tmp_path: Path, example: str, **config: str) -> Path:
+    """Run an example over its corpus to the end in one Spark session; its output folder."""
+    out = tmp_path / "out"
+    topology = load_topology(EXAMPLES / example, config={"output": str(out), **config})
+    with run(topology, spark, tmp_path / "checkpoint", name=example) as running:
+        assert running.await_termination(timeout=300)
+    return out
+
+
 def _lines(folder: Path) -> list[str]:
     return [line for p in sorted(folder.iterdir()) for line in p.read_text().splitlines()]
 
@@ -169,10 +174,7 @@ def _lines(folder: Path) -> list[str]:
 def test_branch_streams_equal_their_oracle(spark: SparkSession, tmp_path: Path) -> None:
     oracle = _oracle("branch")
     folder = EXAMPLES / "branch"
-    out = tmp_path / "out"
-    topology = load_topology(folder, config={"output": str(out)})
-    with run(topology, spark, tmp_path / "checkpoint", name="branch") as running:
-        assert running.await_termination(timeout=300)
+    out = _run_example(spark, tmp_path, "branch")
     expected = oracle.streams(_lines(folder / "corpus"))
     for stream in ("even", "odd"):
         got = Counter(row["n"] for _, rows in read_batches(out / stream) for row in rows)
@@ -190,10 +192,7 @@ def joined_rows(out: Path) -> list[tuple[int, str, int, int, int]]:
 def test_single_join_equals_its_oracle(spark: SparkSession, tmp_path: Path) -> None:
     oracle = _oracle("single-join")
     folder = EXAMPLES / "single-join"
-    out = tmp_path / "out"
-    topology = load_topology(folder, config={"output": str(out)})
-    with run(topology, spark, tmp_path / "checkpoint", name="join") as running:
-        assert running.await_termination(timeout=300)
+    out = _run_example(spark, tmp_path, "single-join")
     corpus = folder / "corpus"
     expected = oracle.joined(_lines(corpus / "gender"), _lines(corpus / "age"))
     assert len(expected) > 100
@@ -344,27 +343,7 @@ def test_a_left_outer_join_emits_unmatched_rows_once_the_watermark_passes(
     oracle = _oracle("single-join")
     corpus = EXAMPLES / "single-join" / "corpus"
     gender, age = _lines(corpus / "gender"), _lines(corpus / "age")
-    builder = TopologyBuilder()
-    for side in ("gender", "age"):
-        builder.set_spout(f"{side}-events", FilesSpout(str(corpus / side), "line"))
-        value = "split(line, ' ')[2]" if side == "gender" else "cast(split(line, ' ')[2] as int)"
-        parse = Select(
-            {
-                "id": "cast(split(line, ' ')[1] as bigint)",
-                side: value,
-                f"{side}_ts": "to_timestamp(split(line, ' ')[0])",
-            }
-        )
-        builder.set_bolt(side, parse).shuffle_grouping(f"{side}-events")
-    join = Join(
-        "gender", "age", on=("id",), how="left", within="10 seconds",
-        left_time="gender_ts", right_time="age_ts",
-    )  # fmt: skip
-    builder.set_bolt("join", join).fields_grouping("gender", "id").fields_grouping("age", "id")
-    out = tmp_path / "out"
-    builder.set_bolt("out", FileSink(str(out))).global_grouping("join")
-    with run(builder.build(), spark, tmp_path / "checkpoint", name="left") as running:
-        assert running.await_termination(timeout=300)
+    out = _run_example(spark, tmp_path, "single-join", how="left")
     rows = [row for _, batch in read_batches(out) for row in batch]
     matched = sorted(
         (r["id"], r["gender"], _epoch(r["gender_ts"]), r["age"], _epoch(r["age_ts"]))

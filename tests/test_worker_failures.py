@@ -10,9 +10,6 @@ path. The input folder reaches ``build(config)`` through ``--config-json``.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -21,8 +18,9 @@ from typing import Any
 import pytest
 
 from code_sync.package import make_package
-from tests.cluster import REPO, free_port, wait_for_agreed_leader
-from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.cluster import free_port, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.supervisors import start_supervisor, stop_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -65,16 +63,7 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
     package = make_package({"topology.py": FAILING_TOPOLOGY}, tmp_path / "failing.zip")
     ui_port = free_port()
     replica = spawn(extra=(*sync_flags(min_replicas=1, replicas=1), "--ui-port", str(ui_port)))
-    with (tmp_path / "supervisor.log").open("ab") as log:
-        supervisor = subprocess.Popen(
-            [
-                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
-                "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "1",
-                "--heartbeat-interval", "0.5", "--session-timeout", "6",
-                "--state-dir", str(state), "--worker-stop-timeout", "30",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
     try:
         wait_for_agreed_leader([replica], timeout=30)
         seeds = replica.address
@@ -139,9 +128,4 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
         )
         assert "short row" in page["last_error"]["message"]
     finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            supervisor.wait(60)
-        except subprocess.TimeoutExpired:
-            supervisor.kill()
-            supervisor.wait()
+        stop_supervisor(supervisor)

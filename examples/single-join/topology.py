@@ -6,7 +6,9 @@ event time meet, and state older than the watermark is dropped) -> out (files of
 ``{"id", "gender", "gender_ts", "age", "age_ts"}``).
 
 Config: ``gender``, ``age`` (input folders; defaults ``corpus/gender`` and
-``corpus/age`` beside this file), ``output`` (default ``./single-join-output``).
+``corpus/age`` beside this file), ``output`` (default ``./single-join-output``), ``how``
+(``inner``, the default, or ``left``: a gender row without an age comes out alone once
+the watermark rules a match out).
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ def build(config: dict[str, Any] | None = None) -> Topology:
         )
         builder.set_bolt(side, parse).shuffle_grouping(f"{side}-events")
     join = Join(
-        "gender", "age", on=("id",), within=WITHIN, left_time="gender_ts", right_time="age_ts"
+        "gender",
+        "age",
+        on=("id",),
+        how=cfg.get("how", "inner"),
+        within=WITHIN,
+        left_time="gender_ts",
+        right_time="age_ts",
     )
     builder.set_bolt("join", join, 2).fields_grouping("gender", "id").fields_grouping("age", "id")
     output = cfg.get("output", Path.cwd() / "single-join-output")

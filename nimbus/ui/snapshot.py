@@ -22,6 +22,7 @@ from nimbus.ui.graph import GraphCache
 from nimbus.ui.holders import DEPTH as HOLDERS_DEPTH
 from nimbus.ui.holders import code_holders
 from nimbus.ui.mirror import ZkMirror
+from nimbus.views import component_metrics
 from pipeline.failures import slot_failures
 
 Json = dict[str, Any]
@@ -296,7 +297,7 @@ class ClusterView:
                     "restarts": beat.restarts if beat else 0,
                     "log": beat.log_path if beat else "",
                     "partitioning_note": beat.partitioning_note if beat else "",
-                    "components": [_component(c) for c in beat.components] if beat else [],
+                    "components": [component_metrics(c) for c in beat.components] if beat else [],
                 }
             )
         return rows
@@ -392,15 +393,4 @@ def _error(error: records.ErrorInfo, now: int) -> Json:
         "time_ms": error.time_ms,
         "age_s": _age_s(now, error.time_ms),
         "host": error.host,
-    }
-
-
-def _component(c: records.ComponentMetrics) -> Json:
-    return {
-        "component": c.component,
-        "rows": c.rows,
-        "skipped_rows": c.skipped_rows,
-        "rows_per_s": round(c.rows_per_s, 1),
-        "partitions": c.partitions,
-        "late_rows": c.late_rows,
     }
