@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from cluster.envargs import add_env_flag
 from cluster.errors import NimbusError
 from devtools.zkserver import ZooKeeperCluster
 
@@ -34,11 +35,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="number of nodes (1 = standalone; use 3 for a real quorum) [1]",
     )
-    parser.add_argument(
+    add_env_flag(
+        parser,
         "--port",
         type=int,
         default=None,
         help="client port of the first node (others pick free ports) [a free port]",
+    )
+    add_env_flag(
+        parser,
+        "--listen-host",
+        default="127.0.0.1",
+        help="address the client ports listen on (0.0.0.0 in a container) [127.0.0.1]",
     )
     parser.add_argument(
         "--tick-ms",
@@ -83,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         base_dir=args.data_dir,
         first_client_port=args.port,
         force_sync=args.data_dir is not None,
+        client_address=args.listen_host,
     )
     try:
         kind = "standalone" if args.ensemble == 1 else f"{args.ensemble}-node ensemble"

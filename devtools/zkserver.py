@@ -390,6 +390,7 @@ class ZooKeeperCluster:
         force_sync: bool = False,
         start_timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
+        client_address: str = "127.0.0.1",
     ) -> None:
         """Describe the cluster; nothing starts before :meth:`start`.
 
@@ -398,6 +399,8 @@ class ZooKeeperCluster:
         ``force_sync=False`` skips fsync: test data is thrown away and fsync dominates write
         latency on slow disks. ``env`` (default ``os.environ``) is where ``JAVA_HOME``,
         ``PATH`` and ``ZOOKEEPER_HOME`` are looked up, and the JVMs' environment.
+        ``client_address`` is where client ports listen: ``0.0.0.0`` in a container, for
+        clients in other containers (the connect string still names loopback).
         """
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
@@ -414,6 +417,7 @@ class ZooKeeperCluster:
         self._force_sync = force_sync
         self._start_timeout = start_timeout
         self._env = dict(os.environ if env is None else env)
+        self._client_address = client_address
         self._base_dir: Path | None = None
         self._owns_base_dir = False
         self._nodes: list[_Node] = []
@@ -698,7 +702,7 @@ class ZooKeeperCluster:
             f"tickTime={tick}",
             f"dataDir={node.data_dir}",
             f"clientPort={node.client_port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self._client_address}",
             f"minSessionTimeout={self._min_session_ms}",
             f"maxSessionTimeout={self._max_session_ms}",
             "admin.enableServer=false",

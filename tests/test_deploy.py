@@ -8,6 +8,7 @@ parsing, and the image's entry command from a wheel built the way the Dockerfile
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -145,21 +146,45 @@ def test_the_advertised_address_is_the_pods_dns_name_from_the_environment(
     assert config.metrics_port == 9464 and config.replicas == 3
 
 
+def project_packages() -> list[str]:
+    """The top-level packages pyproject.toml packages (``[tool.setuptools.packages.find]``)."""
+    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    names = [p.rstrip("*") for p in found["packages"]["find"]["include"]]
+    assert "cluster" in names and "nimbus" in names
+    return names
+
+
+def build_context(dest: Path) -> None:
+    """Copy the image's build context as podman and docker send it: the repository minus
+    the .dockerignore patterns (top-level names, and ``**/NAME`` at any depth)."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    anywhere = [p.removeprefix("**/") for p in patterns if p.startswith("**/")]
+    top = [p for p in patterns if not p.startswith("**/")]
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        at_top = Path(folder) == REPO
+        return {
+            n
+            for n in names
+            if any(fnmatch.fnmatch(n, p) for p in anywhere)
+            or (at_top and any(fnmatch.fnmatch(n, p) for p in top))
+        }
+
+    shutil.copytree(REPO, dest, ignore=ignored)
+
+
 def built_wheel(tmp_path: Path) -> Path:
-    """Build the wheel from exactly what the Dockerfile's build stage copies."""
+    """Build the wheel the way the Dockerfile's build stage does: from the whole context."""
+    assert re.search(r"^COPY \. \.$", DOCKERFILE.read_text(), re.MULTILINE), (
+        "the Dockerfile builds from the whole context, so no package can be left out"
+    )
     src = tmp_path / "src"
-    src.mkdir()
-    copies = re.findall(r"^COPY (?!--from)(.+?) (\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
-    assert copies, "the Dockerfile copies the project"
-    for sources, _ in copies:
-        for name in sources.split():
-            origin = REPO / name.rstrip("/")
-            if origin.is_dir():
-                shutil.copytree(
-                    origin, src / origin.name, ignore=shutil.ignore_patterns("__pycache__")
-                )
-            else:
-                shutil.copy2(origin, src / origin.name)
+    build_context(src)
+    assert not (src / ".venv").exists() and not (src / "tests").exists()
     wheels = tmp_path / "wheels"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -183,11 +208,15 @@ def test_the_image_entry_command_runs_from_an_installed_wheel(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr[-2000:]
     # The wheel's code, not the work tree's: run outside the repo with the wheel first.
     env = {**os.environ, "PYTHONPATH": str(site)}
+    packages = project_packages()
     where = subprocess.run(
-        [sys.executable, "-c", "import nimbus, pipeline as p; print(nimbus.__file__, p.__file__)"],
+        [sys.executable, "-c",
+         f"import importlib; print(*(importlib.import_module(p).__file__ for p in {packages}))"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
     )  # fmt: skip
-    assert where.stdout.split() and all(p.startswith(str(site)) for p in where.stdout.split())
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert len(where.stdout.split()) == len(packages)
+    assert all(p.startswith(str(site)) for p in where.stdout.split())
 
     def help_of(command: str) -> str:
         shown = subprocess.run(

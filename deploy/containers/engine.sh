@@ -1,0 +1,28 @@
+# Sourced by build-image, up and down: picks the container engine and names the image.
+#   ENGINE  podman (preferred, installed with apt-get when missing and run as root) or
+#           docker (used when podman is missing and a docker daemon answers);
+#           NIMBUS_ENGINE=podman|docker forces one.
+#   IMAGE   the image's reference: storm-nimbus-ha:<version in pyproject.toml>, or
+#           NIMBUS_IMAGE.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/pyproject.toml")
+IMAGE=${NIMBUS_IMAGE:-storm-nimbus-ha:$VERSION}
+
+pick_engine() {
+  ENGINE=${NIMBUS_ENGINE:-}
+  if [ -z "$ENGINE" ]; then
+    if command -v podman >/dev/null 2>&1; then
+      ENGINE=podman
+    elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+      ENGINE=docker
+    else
+      ENGINE=podman
+    fi
+  fi
+  if [ "$ENGINE" = podman ]; then
+    export CONTAINERS_CONF=${CONTAINERS_CONF:-$HERE/containers.conf}
+    # podman names local images localhost/NAME
+    case "$IMAGE" in */*) ;; *) IMAGE=localhost/$IMAGE ;; esac
+  fi
+}
