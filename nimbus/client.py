@@ -198,8 +198,9 @@ class NimbusClient:
             raise ValueError(f"{method} is not a leader-only unary call") from e
         if not request.client_request_id:
             request.client_request_id = new_request_id()
-        wait_s = float(getattr(request, "wait_s", 0) or 0)
-        deadline = max(self._mutate_deadline, wait_s + 10.0)
+        # The reply comes when the change is recorded, not after a kill's or rebalance's
+        # ``--wait``: the caller's deadline (``--timeout``) is the whole budget.
+        deadline = self._mutate_deadline
 
         def attempt(end: float) -> Any:
             address, metadata = self._route(end)

@@ -37,8 +37,8 @@ from fencing import (
     run_duty,
     stamp_epoch,
 )
+from nimbus.planning import kill_due, rebalance_done
 from nimbus.requests import recall, remember
-from nimbus.scheduler import rebalance_done
 from nimbus.sweeper import sweep
 
 log = logging.getLogger(__name__)
@@ -229,31 +229,47 @@ class LifecycleDuty:
         changes: list[str] = []
         now = self._wall_ms()
         for topology_id, base in sorted(self._storms().items()):
-            if base.status == records.KILLED and now >= base.kill_time_ms + base.kill_wait_s * 1000:
-                self._remove(topology_id, base)
-                changes.append(f"{topology_id}: removed")
-            elif (
-                base.status == records.REBALANCING
-                and now >= base.rebalance_until_ms
-                and rebalance_done(base, self._assignment(topology_id))
-            ):
-                self._finish_rebalance(topology_id)
-                changes.append(f"{topology_id}: rebalanced")
+            try:
+                change = self._step(topology_id, base, now)
+            except NotLeaderError:
+                raise
+            except Exception:  # one damaged topology must not hold up every later one
+                log.exception("lifecycle step of %s failed; the others go on", topology_id)
+                continue
+            if change:
+                changes.append(change)
         self._prune_requests()
         if self._passes % SWEEP_EVERY == 0:
             changes += sweep(self._client, self._paths, self._writer, now_ms=now)
         self._passes += 1
         return changes
 
+    def _step(self, topology_id: str, base: records.StormBase, now: int) -> str | None:
+        if kill_due(base, now):
+            self._remove(topology_id, base)
+            return f"{topology_id}: removed"
+        if (
+            base.status == records.REBALANCING
+            and now >= base.rebalance_until_ms
+            and rebalance_done(base, self._assignment(topology_id))
+        ):
+            self._finish_rebalance(topology_id)
+            return f"{topology_id}: rebalanced"
+        return None
+
     def _remove(self, topology_id: str, base: records.StormBase) -> None:
         """Storm, name, assignment, errors and holder registrations, in one step each."""
         name_path = self._paths.name(base.name)
         ops: list[Op] = [Delete(self._paths.storm(topology_id))]
         try:
-            if self._client.get(name_path)[0].decode() == topology_id:
-                ops.append(Delete(name_path))
+            holder = self._client.get(name_path)[0].decode()
         except NoNodeError:
-            pass
+            holder = ""
+        except UnicodeDecodeError:
+            holder = topology_id  # damaged: it names no live topology, so it goes too
+            log.warning("name node %s of %s is damaged; removing it", name_path, topology_id)
+        if holder == topology_id:
+            ops.append(Delete(name_path))
         self._writer.batch(ops)
         for tree in (
             self._paths.assignment(topology_id),

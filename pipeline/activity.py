@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class Activity:
-    """Follows ``/storms/<topology-id>`` by watch; ``active`` is set unless INACTIVE."""
+    """Follows ``/storms/<topology-id>`` by watch; ``active`` is set unless INACTIVE or
+    KILLED."""
 
     def __init__(self, client: KazooClient, storm_path: str) -> None:
         self.active = threading.Event()
@@ -48,7 +49,9 @@ class Activity:
         with self._lock:
             self._parallelism = dict(base.component_parallelism)
         status = base.status
-        if status == records.INACTIVE:
+        # A killed topology is deactivated for its kill's wait (Storm's ``kill -w``): the
+        # worker keeps its claim, stops its query, and goes when the assignment does.
+        if status in (records.INACTIVE, records.KILLED):
             self.active.clear()
         else:
             self.active.set()

@@ -9,6 +9,12 @@ only committed batches. A commit that finds the marker already there (an earlier
 committed the batch, then died before renaming) returns False: the batch is rolled
 forward with the same rows Spark replays for it. Markers older than ``keep`` batches are
 pruned, also under the claim.
+
+A marker names the checkpoint lineage that ran its batch (``pipeline.lineage``). Before
+the query starts, ``resume_from`` refuses a checkpoint that never planned the newest
+committed batch of its sink (a fresh or foreign checkpoint would number other input with
+the same batch ids), and a commit finding a marker of another lineage refuses the batch:
+``UnaccountedBatchError``, reported as the worker's failure, never a silent skip.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
@@ -27,7 +34,7 @@ from cluster.paths import Paths
 from fencing import FencingError, WriteOutcomeUnknown
 from fencing.claims import ClaimLostError, commit_marker, prune_markers
 from pipeline.claims import SlotClaim
-from pipeline.errors import SinkError
+from pipeline.errors import SinkError, UnaccountedBatchError
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +81,44 @@ class Committer:
         self._keep = keep
         self._wall_ms = wall_ms
         self._lock = threading.Lock()
+        self._lineage: dict[str, str] = {}
         self.committed = 0
 
     def for_sink(self, sink: str) -> SinkFence:
         if not sink or "/" in sink:
             raise SinkError(f"a sink name must be non-empty without '/', got {sink!r}")
         return SinkFence(self, sink)
+
+    def resume_from(self, sink: str, lineage: str, last_planned: int, where: str) -> None:
+        """Adopt ``lineage`` for ``sink``'s commits, or raise ``UnaccountedBatchError``
+        when its checkpoint (at ``where``, having planned up to ``last_planned``) cannot
+        account for a batch committed in ZooKeeper."""
+        newest = max(self._committed_batches(sink), default=-1)
+        if newest > last_planned:
+            planned = f"up to batch {last_planned}" if last_planned >= 0 else "no batch yet"
+            raise UnaccountedBatchError(
+                f"sink {sink!r}: batch {newest} was committed, but this worker's checkpoint "
+                f"at {where} has planned {planned}: it would number other input with the "
+                "ids of published batches, losing or repeating rows; nothing published. "
+                "Resume from the checkpoint that committed them (a folder every supervisor "
+                "reads: a file sink keeps it beside its output, other sinks need "
+                "--checkpoint-dir), or kill and resubmit the topology"
+            )
+        with self._lock:
+            self._lineage[sink] = lineage
+
+    def _committed_batches(self, sink: str) -> list[int]:
+        try:
+            names = self._client.get_children(self._paths.commits_of(self._claim.topology_id))
+        except NoNodeError:
+            return []
+        except KazooException as e:
+            raise SinkError(f"cannot read the commit markers of sink {sink!r}: {e}") from e
+        return [
+            int(name.rpartition("-")[2])
+            for name in names
+            if name.rpartition("-")[0] == sink and name.rpartition("-")[2].isdigit()
+        ]
 
     def gate(self, sink: str, batch_id: int) -> None:
         refusal = self._claim.publish_refusal()
@@ -92,6 +131,8 @@ class Committer:
         token = self._claim.token
         assert token is not None  # the gate refuses without a claim
         tid = self._claim.topology_id
+        with self._lock:
+            lineage = self._lineage.get(sink, "")
         record = records.BatchCommit(
             topology_id=tid,
             sink=sink,
@@ -101,6 +142,7 @@ class Committer:
             slot=self._claim.slot,
             pid=os.getpid(),
             time_ms=self._wall_ms(),
+            lineage=lineage,
         ).SerializeToString(deterministic=True)
         marker = self._paths.commit(tid, sink, batch_id)
         try:
@@ -122,8 +164,25 @@ class Committer:
             if due:
                 self._prune(sink, batch_id)
         else:
+            self._check_marker(marker, sink, batch_id, lineage)
             log.info("%s batch %d was committed before: rolling it forward", sink, batch_id)
         return created
+
+    def _check_marker(self, marker: str, sink: str, batch_id: int, lineage: str) -> None:
+        """A marker of another checkpoint lineage is a batch this worker cannot account for."""
+        try:
+            data, _ = self._client.get(marker)
+            found = records.BatchCommit.FromString(data).lineage
+        except (KazooException, DecodeError) as e:
+            raise FencedOffError(
+                f"sink {sink!r} batch {batch_id} not published: cannot read its marker: {e}"
+            ) from e
+        if found and lineage and found != lineage:
+            raise UnaccountedBatchError(
+                f"sink {sink!r}: batch {batch_id} was committed by checkpoint lineage "
+                f"{found}, not by this worker's ({lineage}): its rows differ; nothing "
+                "published"
+            )
 
     def _prune(self, sink: str, newest: int) -> None:
         """Delete this sink's markers more than ``keep`` batches old (best effort)."""

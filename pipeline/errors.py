@@ -32,3 +32,10 @@ class PipelineRunError(PipelineError):
 
 class SinkError(PipelineError):
     """A sink could not publish a micro-batch's output."""
+
+
+class UnaccountedBatchError(SinkError):
+    """A sink found a batch published that this worker's checkpoint did not publish.
+
+    Nothing was written: resuming from another checkpoint would skip or repeat rows.
+    """

@@ -25,6 +25,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pipeline.compiler import CompiledQuery, compile_topology
 from pipeline.errors import PipelineRunError
 from pipeline.graph import Topology
+from pipeline.lineage import checkpoint_lineage
+from pipeline.sinks import FileSink
 from pipeline.state_partitions import align
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ def run(
     trigger: Trigger = "available_now",
     interval: float = 0.0,
     name: str = "topology",
+    checkpoints: Mapping[str, str | Path] | None = None,
 ) -> TopologyRun:
     """Compile ``topology`` and start one query per sink, checkpointed under ``checkpoint_dir``.
 
@@ -145,27 +148,33 @@ def run(
     (``await_termination``). ``continuous`` runs micro-batches back to back, or every
     ``interval`` seconds, until ``stop``; it is not Spark's experimental continuous
     processing, which supports neither aggregations nor ``foreachBatch``.
-    Sink ``s`` keeps its checkpoint in ``checkpoint_dir/s``: restart with the same folder
-    to resume with nothing lost and nothing counted twice at an idempotent sink.
+    Sink ``s`` keeps its checkpoint in ``checkpoints[s]`` when given, else in
+    ``checkpoint_dir/s``: restart with the same folder to resume with nothing lost and
+    nothing counted twice at an idempotent sink. A file sink is told its checkpoint's
+    lineage (``pipeline.lineage``), so it refuses batches another checkpoint published.
     """
     if trigger not in ("available_now", "continuous"):
         raise PipelineRunError(f"trigger must be 'available_now' or 'continuous', not {trigger!r}")
     compiled = compile_topology(topology, spark)
     root = Path(checkpoint_dir)
+    where = {sink: Path(path) for sink, path in (checkpoints or {}).items()}
     started: dict[str, StreamingQuery] = {}
     notes: dict[str, str] = {}
     partitions: dict[str, int] = {}
     try:
         for cq in compiled:
+            checkpoint = where.get(cq.sink_name, root / cq.sink_name)
+            if isinstance(cq.sink, FileSink):
+                cq.sink.lineage = checkpoint_lineage(checkpoint)
             if cq.state_partitions is not None:
                 # A rebalance may have changed the stateful step's parallelism since the
                 # checkpoint was made: its state is repartitioned before the query starts.
-                aligned = align(spark, root / cq.sink_name, cq.state_partitions)
+                aligned = align(spark, checkpoint, cq.state_partitions)
                 if aligned.note:
                     notes[cq.sink_name] = aligned.note
                 if cq.stateful:
                     partitions[cq.stateful] = aligned.partitions or cq.state_partitions
-            started[cq.sink_name] = _start(cq, spark, root, trigger, interval, name)
+            started[cq.sink_name] = _start(cq, spark, checkpoint, trigger, interval, name)
     except BaseException:
         for q in started.values():
             q.stop()
@@ -179,7 +188,7 @@ def run(
 def _start(
     cq: CompiledQuery,
     spark: SparkSession,
-    root: Path,
+    checkpoint: Path,
     trigger: Trigger,
     interval: float,
     name: str,
@@ -187,7 +196,7 @@ def _start(
     writer = (
         cq.sink.writer(cq.frame)
         .outputMode(cq.output_mode)
-        .option("checkpointLocation", str(root / cq.sink_name))
+        .option("checkpointLocation", str(checkpoint))
         .queryName(f"{name}.{cq.sink_name}")
     )
     if trigger == "available_now":

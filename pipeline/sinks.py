@@ -15,7 +15,7 @@ committed batches. A callback sink gets the gate only: its side effects are its 
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +32,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from pipeline.components import Sink
 from pipeline.errors import SinkError
+from pipeline.lineage import META_DIR, account_for, fsync_dir, record_published
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,15 @@ class FileSink(Sink):
     """One file per micro-batch, ``batch-<id>.<format>`` in ``folder``, each published once.
 
     A batch is collected to the driver through Arrow, written to a temporary file, fsynced
-    and hard-linked into place; a batch id whose file exists is skipped, so a replayed
-    batch is never written twice. Empty batches get an empty file too: the file set says
+    and hard-linked into place. Empty batches get an empty file too: the file set says
     exactly which batch ids were published. ``before_publish(batch_id)`` runs just before
     the link; raising there publishes nothing. With a ``fence`` (set by the worker) the
     link follows only a successful commit under the worker's claim.
+
+    ``lineage`` (set by ``pipeline.runner`` from the query's checkpoint) is recorded for
+    every batch before its file (``pipeline.lineage``). A batch id whose file exists is a
+    replay when this lineage published it (not written twice); published by any other
+    lineage, or by none, it is refused with ``UnaccountedBatchError``: never skipped.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class FileSink(Sink):
         self.file_format: FileFormat = file_format
         self.before_publish = before_publish
         self.fence: BatchFence | None = None
+        self.lineage: str | None = None
 
     def path_for(self, batch_id: int) -> Path:
         return self.folder / f"batch-{batch_id:012d}.{self.file_format}"
@@ -124,11 +130,18 @@ class FileSink(Sink):
         if fence is not None:
             fence.gate(batch_id)  # before anything is evaluated or written
         final = self.path_for(batch_id)
+        lineage = self.lineage
         if final.exists():
+            if lineage is None:
+                raise SinkError(
+                    f"file sink: batch {batch_id} at {final} exists and this sink has no "
+                    "checkpoint lineage to account for it (run it through pipeline.runner)"
+                )
+            account_for(self.folder, batch_id, final, lineage)
             # Still run the batch: PySpark 4.3 fails the query ("STATE_STORE_COMMIT_
             # VALIDATION_FAILED") if a replayed stateful batch leaves its state uncommitted.
             frame.write.format("noop").mode("overwrite").save()
-            log.info("file sink: batch %d already published at %s, skipped", batch_id, final)
+            log.info("file sink: batch %d replayed; this checkpoint published it before", batch_id)
             return
         table = frame.toArrow()
         try:
@@ -145,12 +158,14 @@ class FileSink(Sink):
                     self.before_publish(batch_id)
                 if fence is not None:
                     fence.commit(batch_id)  # raises when the claim is lost: nothing published
+                if lineage is not None:
+                    record_published(self.folder, batch_id, lineage, table.num_rows)
                 try:
                     os.link(tmp, final)
                 except FileExistsError:
                     log.info("file sink: batch %d published by another writer", batch_id)
                     return
-                _fsync_dir(self.folder)
+                fsync_dir(self.folder)
             finally:
                 tmp.unlink(missing_ok=True)
         except OSError as e:
@@ -163,19 +178,34 @@ class FileSink(Sink):
 
 #: A file sink folder's owner: the topology id whose batches it holds.
 OWNER_FILE = ".nimbus-topology"
+_ADOPT_LOCK = ".nimbus-topology.lock"
+
+#: Answers whether a folder's former owner gives it up, waiting (bounded) for it to.
+GivesUp = Callable[[str], bool]
 
 
-def adopt_folder(folder: Path, topology_id: str, is_live: Callable[[str], bool]) -> str | None:
+def adopt_folder(folder: Path, topology_id: str, gives_up: GivesUp) -> str | None:
     """Make ``folder`` hold ``topology_id``'s batches; returns what was moved aside, if any.
 
-    Batch ids restart at 0 for every topology, and a batch whose file exists is skipped as
-    already published: a new topology writing where a killed one wrote would skip its own
-    output and leave the old counts in place. So a folder remembers its topology: another
-    topology's batches are moved into ``.previous-<its id>/`` (kept, never deleted) before
-    the first batch, and a folder of a topology still live is refused: two live topologies
-    cannot share one.
+    Batch ids restart at 0 for every topology: a new topology writing where another wrote
+    would find its batch ids taken. So a folder remembers its topology, and another
+    topology's batches, with its checkpoint and records (``_nimbus/``), are moved into a
+    ``.previous-<its id>[-n]/`` folder of their own (kept, never overwritten) before the
+    first batch. ``gives_up(owner)`` decides whether the former owner lets go: the caller
+    answers at once for a removed or still-scheduled owner and waits (bounded) for a
+    killed one's workers to drain. Adoption is exclusive: the check and the move happen
+    under a lock on the folder, so of two topologies adopting one folder only one wins.
     """
     folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / _ADOPT_LOCK, "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            return _adopt_locked(folder, topology_id, gives_up)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _adopt_locked(folder: Path, topology_id: str, gives_up: GivesUp) -> str | None:
     marker = folder / OWNER_FILE
     try:
         owner = marker.read_text(encoding="utf-8").strip()
@@ -183,26 +213,38 @@ def adopt_folder(folder: Path, topology_id: str, is_live: Callable[[str], bool])
         owner = ""
     if owner == topology_id:
         return None
-    if owner and is_live(owner):
+    if owner and not gives_up(owner):
         raise SinkError(
-            f"file sink folder {folder} holds the output of live topology {owner}: "
-            "give this topology a folder of its own"
+            f"file sink folder {folder} holds the output of topology {owner}, which is "
+            "still scheduled: give this topology a folder of its own, or kill that one"
         )
-    batches = sorted(p for p in folder.iterdir() if _BATCH_RE.match(p.name))
+    old = sorted(p for p in folder.iterdir() if _BATCH_RE.match(p.name) or p.name == META_DIR)
     moved: str | None = None
-    if batches:
-        archive = folder / f".previous-{owner or 'unknown'}"
-        archive.mkdir(exist_ok=True)
-        for path in batches:
+    if old:
+        archive = _new_archive(folder, owner or "unknown")
+        for path in old:
             os.replace(path, archive / path.name)
-        moved = f"{len(batches)} batch file(s) of {owner or 'an unknown run'} moved to {archive}"
+        count = sum(1 for p in old if p.name != META_DIR)
+        moved = f"{count} batch file(s) of {owner or 'an unknown run'} moved to {archive}"
     fd, tmp = tempfile.mkstemp(prefix=f"{OWNER_FILE}.", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(topology_id + "\n")
     os.chmod(tmp, 0o644)
     os.replace(tmp, marker)
-    _fsync_dir(folder)
+    fsync_dir(folder)
     return moved
+
+
+def _new_archive(folder: Path, owner: str) -> Path:
+    """A ``.previous-<owner>`` folder not used before: an archive is never written over."""
+    for n in range(1, 10_000):
+        archive = folder / (f".previous-{owner}" if n == 1 else f".previous-{owner}-{n}")
+        try:
+            archive.mkdir()
+        except FileExistsError:
+            continue
+        return archive
+    raise SinkError(f"file sink folder {folder}: no free name for an archive of {owner}")
 
 
 def _write_table(table: Any, out: Any, file_format: FileFormat) -> None:
@@ -213,15 +255,6 @@ def _write_table(table: Any, out: Any, file_format: FileFormat) -> None:
     else:
         for row in table.to_pylist():
             out.write(json.dumps(row, default=str, ensure_ascii=False).encode() + b"\n")
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_batches(folder: str | Path) -> list[tuple[int, list[dict[str, Any]]]]:

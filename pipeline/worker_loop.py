@@ -9,10 +9,12 @@ it only before the worker starts and after it exits. The worker beats from its f
 second with status ``starting`` because a SparkSession and the first micro-batch take
 5-15 s here, longer than a heartbeat timeout.
 
-The checkpoint lives under ``--checkpoint-dir`` (default ``<state-dir>/checkpoint``; a
-folder shared by all supervisors lets a moved slot resume where it was) and survives
-restarts, so a worker restarted after a crash resumes from it with nothing lost and
-nothing counted twice at an idempotent sink.
+A file sink's checkpoint lives beside its output (``pipeline.lineage``), so a slot that
+moves to any supervisor resumes it; other sinks' under ``--checkpoint-dir`` (default
+``<state-dir>/checkpoint``, this supervisor's own; give a folder every supervisor shares),
+which, when given, holds file sinks' too. A worker restarted after a crash resumes with
+nothing lost and nothing counted twice; one whose checkpoint cannot account for the
+batches already committed or published refuses to publish and fails loudly.
 
 Data-plane fencing (``pipeline.claims``, ``pipeline.commits``): the query starts only once
 the worker holds the claim on its topology's slot, and every sink publishes only under
@@ -37,7 +39,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from cluster.api import records
 from cluster.paths import Paths, worker_name
@@ -48,11 +50,12 @@ from pipeline.commits import Committer
 from pipeline.errors import PipelineRunError, TopologyError
 from pipeline.failures import one_line
 from pipeline.graph import Topology
+from pipeline.lineage import checkpoint_lineage, last_planned_batch
 from pipeline.package import load_topology, unpack_package
 from pipeline.progress import Progress
 from pipeline.runner import TopologyRun, run
 from pipeline.session import make_spark
-from pipeline.sink_setup import adopt_sink_folders, fence_sinks
+from pipeline.sink_setup import adopt_sink_folders, fence_sinks, sink_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ FENCED_STOP_TIMEOUT = 3.0
 #: ``_watch``'s answers when the topology was deactivated or rebalanced: not exit codes.
 _PAUSE = -1
 _REBALANCE = -2
+#: Seconds past a kill's due time that its workers may take to go (a lifecycle pass).
+KILL_GRACE = 10.0
 #: Heartbeat status of a worker whose topology is deactivated.
 PAUSED = "inactive: query stopped until the topology is activated"
 
@@ -244,11 +249,17 @@ class Worker:
                 return EXIT_OK
             except ClaimAbortedError:
                 return EXIT_OK
-            fence_sinks(
-                topology,
-                Committer(self._client, self._paths, self.claim, timeout=self._session_timeout),
+            committer = Committer(
+                self._client, self._paths, self.claim, timeout=self._session_timeout
             )
-            self._adopt_sink_folders(topology)
+            fence_sinks(topology, committer)
+            self._adopt_sink_folders(topology)  # before any checkpoint beside the output
+            root = checkpoint or state_dir / "checkpoint"
+            checkpoints = {spec.name: root / spec.name for spec in topology.sinks}
+            checkpoints.update(sink_checkpoints(topology, checkpoint))
+            for sink, where in checkpoints.items():
+                lineage = checkpoint_lineage(where)
+                committer.resume_from(sink, lineage, last_planned_batch(where), str(where))
             while True:
                 if not activity.active.is_set():
                     self.set_status(PAUSED)
@@ -260,9 +271,10 @@ class Worker:
                 topology_run = run(
                     running,
                     spark,
-                    checkpoint or state_dir / "checkpoint",
+                    root,
                     trigger="continuous",
                     name=self.topology_id,
+                    checkpoints=checkpoints,
                 )
                 with self._lock:
                     self._run = topology_run
@@ -300,10 +312,38 @@ class Worker:
         self.beat()
 
     def _adopt_sink_folders(self, topology: Topology) -> None:
-        def is_live(topology_id: str) -> bool:
-            return self._client.exists(self._paths.storm(topology_id)) is not None
+        adopt_sink_folders(topology, self.topology_id, self._gives_up)
 
-        adopt_sink_folders(topology, self.topology_id, is_live)
+    def _gives_up(self, owner: str) -> bool:
+        """Whether topology ``owner`` lets go of a sink folder (``adopt_folder``).
+
+        Removed: at once. Killed: once none of its workers holds a claim, waiting for them
+        to drain until the kill's removal is due (plus a lifecycle pass). Still scheduled
+        (active, inactive, rebalancing, code missing): never.
+        """
+        while True:
+            try:
+                data, _ = self._client.get(self._paths.storm(owner))
+                base = records.StormBase.FromString(data)
+            except NoNodeError:
+                return True
+            except (KazooException, DecodeError) as e:
+                raise PipelineRunError(f"cannot read the record of topology {owner}: {e}") from e
+            if base.status != records.KILLED:
+                return False
+            try:
+                claimed = bool(self._client.get_children(self._paths.claims_of(owner)))
+            except NoNodeError:
+                claimed = False
+            if not claimed:
+                return True
+            due_s = (base.kill_time_ms + base.kill_wait_s * 1000) / 1000 + KILL_GRACE
+            left = due_s - time.time()
+            if left <= 0:
+                return False
+            log.info("sink folder of killed topology %s: waiting for its workers", owner)
+            if self.stop_requested.wait(min(0.5, left)):
+                return False
 
     def _wait_active(self, activity: Activity) -> bool:
         """Hold the claim while deactivated; False when told to stop or the claim ends."""

@@ -250,6 +250,22 @@ def test_the_cli_names_what_it_tried_when_no_replica_answers(tmp_path: Path) -> 
     assert "127.0.0.1:1" in done.stderr and "raise --timeout" in done.stderr
 
 
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ("kill", "wc", "--wait", "0"),
+        ("deactivate", "wc"),
+        ("rebalance", "wc", "--workers", "2", "--wait", "0"),
+    ],
+)
+def test_every_verb_gives_up_at_its_timeout(verb: tuple[str, ...]) -> None:
+    """``--timeout 2`` bounds a change's call too (it used to wait at least 10 s)."""
+    dead = "127.0.0.1:1,127.0.0.1:9"  # nothing listens there
+    done = nimbus(*verb, "--seeds", dead, "--timeout", "2", timeout=8)
+    assert done.returncode == 1
+    assert "within 2s" in done.stderr, done.stderr
+
+
 def test_a_follower_forwards_a_leader_only_call_when_asked_and_never_twice(
     three: list[Replica], tmp_path: Path
 ) -> None:

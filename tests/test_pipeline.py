@@ -38,7 +38,7 @@ from pipeline.api import (
 )
 from pipeline.compiler import compile_topology, validate
 from pipeline.components import ddl_field_names
-from pipeline.errors import PackageError
+from pipeline.errors import PackageError, PipelineRunError
 from pipeline.graph import ComponentSpec, Grouping, GroupingKind
 from pipeline.package import load_topology
 from pipeline.runner import run
@@ -323,6 +323,27 @@ def test_restart_on_the_checkpoint_counts_new_input_once(
     ids = [batch_id for batch_id, _ in read_batches(out)]
     assert ids == sorted(set(ids)) and ids[-1] > last
     assert sink_counts(out) == python_count(p.read_text() for p in CORPUS)
+
+
+def test_a_fresh_checkpoint_over_published_batches_is_refused_not_skipped(
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """A slot moved to a supervisor without the checkpoint numbers other input as batch 0:
+    the sink refuses it loudly (it used to skip it as already published: rows lost)."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    shutil.copy(CORPUS[0], inp)
+    with run(wordcount(inp, out).build(), spark, tmp_path / "checkpoint-a") as running:
+        assert running.await_termination(RUN_TIMEOUT)
+    before = read_batches(out)
+    shutil.copy(CORPUS[1], inp)
+    with (
+        pytest.raises(PipelineRunError, match=r"UnaccountedBatchError|not by this worker"),
+        run(wordcount(inp, out).build(), spark, tmp_path / "checkpoint-b") as running,
+    ):
+        running.await_termination(RUN_TIMEOUT)
+    assert read_batches(out) == before, "nothing published, nothing skipped"
 
 
 def _with_sink(builder: TopologyBuilder, sink: FileSink) -> Topology:

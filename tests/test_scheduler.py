@@ -30,9 +30,8 @@ from fencing import (
 )
 from fencing.lease import Lease
 from fencing.office import take_office
-from nimbus.scheduler import (
+from nimbus.planning import (
     Demand,
-    SchedulerDuty,
     SchedulerError,
     Slot,
     live_supervisors,
@@ -41,6 +40,7 @@ from nimbus.scheduler import (
     respread_due,
     stale_slots,
 )
+from nimbus.scheduler import SchedulerDuty
 from pipeline.supervisor import NO_RUNTIME
 from tests.cluster import REPO
 from tests.waiting import wait_until

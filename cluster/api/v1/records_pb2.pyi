@@ -265,7 +265,7 @@ class WorkerClaim(_message.Message):
     def __init__(self, topology_id: _Optional[str] = ..., index: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., assignment_version: _Optional[int] = ..., claimed_ms: _Optional[int] = ...) -> None: ...
 
 class BatchCommit(_message.Message):
-    __slots__ = ("topology_id", "sink", "batch_id", "claim_epoch", "supervisor_id", "slot", "pid", "time_ms")
+    __slots__ = ("topology_id", "sink", "batch_id", "claim_epoch", "supervisor_id", "slot", "pid", "time_ms", "lineage")
     TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
     SINK_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +274,7 @@ class BatchCommit(_message.Message):
     SLOT_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LINEAGE_FIELD_NUMBER: _ClassVar[int]
     topology_id: str
     sink: str
     batch_id: int
@@ -282,4 +283,5 @@ class BatchCommit(_message.Message):
     slot: int
     pid: int
     time_ms: int
-    def __init__(self, topology_id: _Optional[str] = ..., sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., claim_epoch: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., pid: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
+    lineage: str
+    def __init__(self, topology_id: _Optional[str] = ..., sink: _Optional[str] = ..., batch_id: _Optional[int] = ..., claim_epoch: _Optional[int] = ..., supervisor_id: _Optional[str] = ..., slot: _Optional[int] = ..., pid: _Optional[int] = ..., time_ms: _Optional[int] = ..., lineage: _Optional[str] = ...) -> None: ...
