@@ -30,6 +30,15 @@ class Paths:
         return f"{self.root}/leader-epoch"
 
     @property
+    def beats(self) -> str:
+        """Each queued replica's beat node, named after its lock node (DESIGN item 8)."""
+        return f"{self.root}/beats"
+
+    def beat(self, lock_node: str) -> str:
+        """The beat node of a lock node (its full path or its name)."""
+        return f"{self.beats}/{lock_node.rsplit('/', 1)[-1]}"
+
+    @property
     def epochs(self) -> str:
         return f"{self.root}/epochs"
 
@@ -150,6 +159,7 @@ class Paths:
         """Structural folders every replica makes sure exist at start."""
         return [
             self.leader_lock,
+            self.beats,
             self.epochs,
             self.nimbuses,
             self.storms,

@@ -55,12 +55,14 @@ def take_office(
     holder: str,
     now_ms: Callable[[], int],
     timeout: float,
+    beat: str | None = None,
 ) -> int:
     """Become leader of a new epoch; returns the epoch number.
 
     Raises ``NotLeaderError`` when the lock node is gone (nothing written). The epoch
     is one above both ``/leader-epoch`` and the highest ``/epochs`` entry, so it only
-    ever grows even if the record was damaged.
+    ever grows even if the record was damaged. With ``beat`` (the lock node's beat node)
+    the multi-op also writes it: taking office is the term's first beat.
     """
     last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
@@ -84,6 +86,15 @@ def take_office(
             write,
             Create(paths.epoch(epoch), history),
         ]
+        if beat is not None:
+            # Created here if the beater has not yet: a concurrent create loses the race
+            # as a conflict, and the next attempt sets it.
+            there = client.exists(beat) is not None
+            ops.append(
+                SetData(beat, holder.encode())
+                if there
+                else Create(beat, holder.encode(), ephemeral=True)
+            )
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)
         if failure is None:

@@ -7,10 +7,15 @@ what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
 2. queue on kazoo's lock recipe at ``<root>/leader-lock`` (node data: our address);
 3. on winning, run the gate again, reading ``/storms`` now; lacking code: leave, wait;
 4. take office (one fenced multi-op) for a new epoch, then serve under a token;
-5. the token is cancelled on SUSPENDED, LOST, own lock node deleted, a fenced write
-   refused, or shutdown. Reconnected on the same session with the lock node still
-   there: gate again and resume with a new token and the same epoch. Otherwise queue
-   again.
+5. the token is cancelled on SUSPENDED, LOST, own lock node deleted (seen by its watch
+   or a beat), a fenced write refused, or shutdown. Reconnected on the same session with
+   the lock node still there: gate again and resume with a new token and the same
+   epoch. Otherwise queue again.
+
+While queued or leading, the beater (``leader.heartbeat``) beats our lock node every H;
+taking office is the first beat. We claim leadership only while the last acknowledged
+beat was sent less than L ago (``claim``); the read lease (``lease``, 2/3 T) stays for
+freshness and readiness, which a follower needs without leading.
 """
 
 from __future__ import annotations
@@ -21,8 +26,7 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import CancelledError, ConnectionLoss, KazooException
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.exceptions import CancelledError, KazooException
 from kazoo.recipe.lock import Lock
 
 from fencing import (
@@ -32,10 +36,12 @@ from fencing import (
     LeadershipToken,
     Membership,
     NotLeaderError,
+    WriteConflictError,
     WriteOutcomeUnknown,
 )
 from fencing.lease import Heartbeat, Lease
 from fencing.office import prune_epochs, take_office
+from leader.heartbeat import Beater
 from leader.settings import (
     ERROR_BACKOFF,
     REQUEUE_BACKOFF,
@@ -46,7 +52,7 @@ from leader.settings import (
     GateStage,
     History,
 )
-from leader.term import TermVerdict, judge_term
+from leader.term import TermVerdict, judge_term, leave_lock, watch_lock_node
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +84,9 @@ class Elector:
         # can step aside for the few round trips that decide how long there is no leader.
         self._taking_office = taking_office or (lambda _on: None)
         self._wall_ms = wall_ms
+        self._clock = clock
         self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
+        self.claim = Lease(settings.beats.leader_lease, clock=clock)
         self._heartbeat = Heartbeat(
             client,
             self.lease,
@@ -97,6 +105,11 @@ class Elector:
         self._running = True
         self._session: int | None = None  # captured on CONNECTED (see ``_on_state``)
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
+        self.beater = Beater(
+            client, self._paths, settings.replica_id, own_node=self.lock_node,
+            lease=self.claim, interval=settings.beats.interval,
+            timeout=settings.session_timeout, on_lock_gone=self._lock_gone, clock=clock,
+        )  # fmt: skip
 
     # -- public -------------------------------------------------------------------------
 
@@ -105,6 +118,7 @@ class Elector:
         if self._client.state == KazooState.CONNECTED:
             self._on_state(KazooState.CONNECTED)
         self._heartbeat.start()
+        self.beater.start()
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -123,13 +137,18 @@ class Elector:
             lock.cancel()
         self._thread.join(timeout)
         self._release(lock)
+        self.beater.stop()
         self._heartbeat.stop()
         self._client.remove_listener(self._on_state)
 
     def is_leader(self) -> bool:
-        """Leader only with a live token *and* a fresh lease (see ``fencing.lease``)."""
+        """Leader only with a live token *and* a fresh claim: an acknowledged beat sent
+        less than L ago (DESIGN item 8), besides the read lease."""
         token = self._token
-        return token is not None and not token.cancelled and self.lease.valid()
+        return token is not None and not token.cancelled and self._claim_valid()
+
+    def _claim_valid(self) -> bool:
+        return self.claim.valid() and self.lease.valid()
 
     @property
     def epoch(self) -> int:
@@ -142,11 +161,16 @@ class Elector:
 
     def queued_node(self) -> str | None:
         """Our lock node's path while we wait in the queue (None when leading or not queued)."""
+        if self.is_leader():
+            return None
+        return self.lock_node()
+
+    def lock_node(self) -> str | None:
+        """Our lock node's path while queued or leading (what the beater beats)."""
         with self._lock_guard:
             lock = self._lock
-        if lock is None or not lock.node or self.is_leader():
-            return None
-        return f"{lock.path}/{lock.node}"
+        node = None if lock is None else lock.node
+        return None if not node or lock is None else f"{lock.path}/{node}"
 
     def code_changed(self) -> None:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
@@ -241,6 +265,7 @@ class Elector:
         if not self._gate_passes(GateStage.AFTER_WINNING):
             self._release(lock)
             return None
+        sent = self._clock()
         try:
             epoch = take_office(
                 self._client,
@@ -249,8 +274,10 @@ class Elector:
                 holder=self._s.replica_id,
                 now_ms=self._wall_ms,
                 timeout=self._s.session_timeout,
+                beat=self._paths.beat(lock_node),
             )
-        except (NotLeaderError, WriteOutcomeUnknown) as e:
+        except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown) as e:
+            # Never keep the lock without the office: the queue behind would wait on us.
             self._note(f"could not take office: {e}")
             self._release(lock)
             return None
@@ -263,6 +290,7 @@ class Elector:
                 if self._lock is lock:
                     self._lock = None
             raise
+        self.claim.renew(sent)  # the take-office multi-op is the term's first beat
         self._epoch = epoch
         self._note(f"took office, epoch {epoch}")
         return epoch
@@ -276,7 +304,7 @@ class Elector:
                 self._token = token  # first: a disconnect from now on cancels this token
             if not self._connected.is_set():
                 token.cancel(CancelReason.DISCONNECTED, "before the term started")
-            self._watch_lock_node(token)
+            watch_lock_node(self._client, token)
             if self._stopping.is_set():
                 token.cancel(CancelReason.SHUTDOWN)
             writer = FencedWriter(
@@ -284,23 +312,19 @@ class Elector:
                 token,
                 timeout=self._s.session_timeout,
                 leader_hint=self._leader_hint,
-                lease_valid=self.lease.valid,
+                lease_valid=self._claim_valid,
             )
             if resumed:
-                # The lease lapsed with the connection: renew it before handing out the
+                # The leases lapsed with the connection: renew them before handing out the
                 # writer, or the first writes of the resumed term would be refused.
                 self._heartbeat.beat()
+                self.beater.beat_now(wait=self._s.beats.leader_lease)
             else:
                 try:
                     prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
                 except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
                     log.warning("could not prune old epochs: %s", e)
-            if not token.cancelled and self._on_elected is not None:
-                self._on_elected(epoch, token, writer)
-            token.wait()
-            self._note(f"deposed: {token.why}")
-            if self._on_deposed is not None:
-                self._on_deposed(token.why)
+            self._lead(epoch, token, writer)
             if self._stopping.is_set():
                 return
             if token.reason is None or not token.reason.resumable:
@@ -314,6 +338,21 @@ class Elector:
                 return
             self._note(f"resumed, epoch {epoch}")
             resumed = True
+
+    def _lead(self, epoch: int, token: LeadershipToken, writer: FencedWriter) -> None:
+        """``on_elected``, the term, then ``on_deposed`` whatever happened: a failing
+        ``on_elected`` must not leave the term's signs (role, label, metrics) on."""
+        try:
+            if not token.cancelled and self._on_elected is not None:
+                self._on_elected(epoch, token, writer)
+            token.wait()
+        except BaseException as e:
+            token.cancel(CancelReason.ELECTOR_ERROR, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self._note(f"deposed: {token.why}")
+            if self._on_deposed is not None:
+                self._on_deposed(token.why)
 
     def _term_survived(self, lock: Lock, lock_node: str, session: int | None, epoch: int) -> bool:
         """After a dropped connection: True to resume the term; False once it ended (the
@@ -353,27 +392,11 @@ class Elector:
             return
         self._connected.clear()
         self.lease.expire()
+        self.claim.expire()
         token = self._token
         if token is not None:
             token.cancel(CancelReason.DISCONNECTED, f"connection {state}")
         self._wake.set()
-
-    def _watch_lock_node(self, token: LeadershipToken) -> None:
-        def watch(event: WatchedEvent) -> None:
-            if event.type == EventType.DELETED:
-                token.cancel(CancelReason.LOCK_NODE_DELETED)
-            elif not token.cancelled and event.type != EventType.NONE:
-                self._watch_lock_node(token)
-
-        try:
-            if self._client.exists(token.lock_node, watch=watch) is None:
-                token.cancel(CancelReason.LOCK_NODE_DELETED)
-        except ConnectionLoss:
-            # Connection trouble, not an ended term: end it as a disconnect does, so the
-            # term can resume once the session proves intact.
-            token.cancel(CancelReason.DISCONNECTED, "while watching own lock node")
-        except KazooException as e:
-            token.cancel(CancelReason.WATCH_FAILED, type(e).__name__)
 
     def _gate_passes(self, when: GateStage) -> bool:
         """Run the gate until it passes; False when stopping or the connection dropped."""
@@ -407,22 +430,17 @@ class Elector:
         """The session of the current (or, while disconnected, the last) connection."""
         return self._session
 
+    def _lock_gone(self, lock_node: str) -> None:
+        """A beat found our lock node gone (the beater's thread)."""
+        token = self._token
+        if token is not None and token.lock_node == lock_node:
+            token.cancel(CancelReason.LOCK_NODE_DELETED, "seen by a beat")
+
     def _release(self, lock: Lock | None) -> None:
-        """Leave the queue; also drops a lock whose node is already gone (kazoo would
-        keep believing it holds it)."""
+        """Leave the queue within a deadline (``leader.term.leave_lock``)."""
         if lock is None:
             return
-        if self._client.state != KazooState.CONNECTED:
-            # kazoo would hold the delete until the link is back (SIGTERM would hang);
-            # the session's end removes the node, and a later cycle drops it if the
-            # session survives (``drop_session_nodes``).
-            log.info("not connected: leaving lock node %s to the session", lock.node)
-        else:
-            try:
-                lock.release()
-            except KazooException as e:
-                log.warning("could not release lock node: %s", e)
-        lock.is_acquired = False
+        leave_lock(self._client, lock, timeout=self._s.session_timeout / 3)
         with self._lock_guard:
             if self._lock is lock:
                 self._lock = None

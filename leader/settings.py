@@ -6,8 +6,9 @@ import enum
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from cluster.errors import ConfigError
 from cluster.paths import Paths
 from fencing import FencedWriter, LeadershipToken
 
@@ -21,6 +22,54 @@ HISTORY_KEPT = 1000
 ERROR_BACKOFF = 1.0
 #: Pause after losing our lock node before queueing again (see ``leader.preemption``).
 REQUEUE_BACKOFF = 1.0
+
+
+#: Seconds between a queued replica's beats (H).
+DEFAULT_BEAT_INTERVAL = 0.2
+#: Seconds a beat must stay unchanged before the replica behind preempts it (P).
+DEFAULT_SILENCE_WINDOW = 2.0
+#: Seconds the leader claims leadership after *sending* its last acknowledged beat (L).
+DEFAULT_LEADER_LEASE = 0.8
+#: Bound on how much faster or slower two replicas' monotonic clocks may run (rho).
+CLOCK_RATE_BOUND = 1e-3
+#: Seconds the longest unfenced action may take after a claim check (T_op): a gRPC
+#: answer, a pod label, a health reply. Not a client's deadline.
+MAX_UNFENCED_ACTION = 1.0
+
+
+def margin_holds(*, leader_lease: float, silence_window: float) -> bool:
+    """``L*(1+rho) + T_op <= P*(1-rho)``: a silent leader's claims and unfenced actions
+    are over before the replica behind it can act on its silence."""
+    left = leader_lease * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION
+    return left <= silence_window * (1 - CLOCK_RATE_BOUND)
+
+
+@dataclass(frozen=True)
+class BeatSettings:
+    """H, P and L of DESIGN item 8, checked once here. ``silence_window`` 0 turns silence
+    preemption off (beats and the claim lease stay)."""
+
+    interval: float = DEFAULT_BEAT_INTERVAL
+    silence_window: float = DEFAULT_SILENCE_WINDOW
+    leader_lease: float = DEFAULT_LEADER_LEASE
+
+    def __post_init__(self) -> None:
+        if not 0 < self.interval < self.leader_lease:
+            raise ConfigError(
+                f"--beat-interval ({self.interval}s) must be > 0 and below --leader-lease "
+                f"({self.leader_lease}s), or the lease lapses between beats"
+            )
+        if self.silence_window < 0:
+            raise ConfigError(f"--silence-window must be >= 0 (0: off), got {self.silence_window}")
+        if self.silence_window and not margin_holds(
+            leader_lease=self.leader_lease, silence_window=self.silence_window
+        ):
+            raise ConfigError(
+                f"--leader-lease {self.leader_lease}s and --silence-window "
+                f"{self.silence_window}s break the rule L*(1+rho) + T_op <= P*(1-rho) "
+                f"(rho = {CLOCK_RATE_BOUND:g}, T_op = {MAX_UNFENCED_ACTION:g}s): a silent "
+                "leader could still claim or act when the replica behind it takes over"
+            )
 
 
 class GateStage(enum.Enum):
@@ -38,6 +87,7 @@ class ElectorSettings:
     session_timeout: float
     gate_poll_interval: float = 0.5
     epochs_kept: int = 50
+    beats: BeatSettings = field(default_factory=BeatSettings)
 
 
 class History:

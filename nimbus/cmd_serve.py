@@ -14,6 +14,7 @@ from typing import Any
 
 from cluster.envargs import add_env_flag
 from cluster.errors import ConfigError, NimbusError
+from leader.settings import DEFAULT_BEAT_INTERVAL, DEFAULT_LEADER_LEASE, DEFAULT_SILENCE_WINDOW
 from nimbus import logs
 from nimbus.config import make_config
 from nimbus.malloc import tune_for_streaming
@@ -71,6 +72,17 @@ OPTIONS: list[tuple[str, type, object, str]] = [
         "preempted (0: wait for its session to expire)",
     ),
     ("--preempt-interval", float, 0.1, "seconds between the successor's probes"),
+    ("--beat-interval", float, DEFAULT_BEAT_INTERVAL, "seconds between beats (H)"),
+    (
+        "--silence-window", float, DEFAULT_SILENCE_WINDOW,
+        "seconds a replica's beat may stay unchanged before the one behind preempts it "
+        "(P; 0: wait for its session to expire)",
+    ),
+    (
+        "--leader-lease", float, DEFAULT_LEADER_LEASE,
+        "seconds the leader claims leadership after sending its last acknowledged beat "
+        "(L; L*(1+rho) + T_op <= P*(1-rho) must hold)",
+    ),
 ]  # fmt: skip
 
 

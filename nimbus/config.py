@@ -10,6 +10,12 @@ from typing import Any
 from cluster.errors import ConfigError
 from cluster.paths import Paths, valid_root
 from cluster.security.zkauth import parse_flag_bool
+from leader.settings import (
+    DEFAULT_BEAT_INTERVAL,
+    DEFAULT_LEADER_LEASE,
+    DEFAULT_SILENCE_WINDOW,
+    BeatSettings,
+)
 
 DEFAULT_SESSION_TIMEOUT = 10.0
 DEFAULT_REPLICATION_WAIT = 30.0
@@ -64,6 +70,9 @@ class NimbusConfig:
     shutdown_grace: float = 10.0  # SIGTERM: hand over and exit within this many seconds
     preempt_window: float = 0.5  # refused probes this long preempt a dead leader; 0: off
     preempt_interval: float = 0.1  # seconds between the successor's probes of the leader
+    beat_interval: float = DEFAULT_BEAT_INTERVAL  # H: every queued replica beats this often
+    silence_window: float = DEFAULT_SILENCE_WINDOW  # P: a beat unchanged this long preempts
+    leader_lease: float = DEFAULT_LEADER_LEASE  # L: claims end this long after a beat's send
 
     def __post_init__(self) -> None:
         """Validation only: derived values are computed by ``make_config`` beforehand."""
@@ -136,6 +145,7 @@ class NimbusConfig:
                 f"--preempt-window must be >= 0 (0: off) and --preempt-interval > 0, got "
                 f"{self.preempt_window} and {self.preempt_interval}"
             )
+        self.beats  # noqa: B018 -- validates H, P, L and their margin rule
         if self.shutdown_grace <= 0:
             raise ConfigError(f"--shutdown-grace must be > 0, got {self.shutdown_grace}")
 
@@ -143,6 +153,15 @@ class NimbusConfig:
     def paths(self) -> Paths:
         """The ZooKeeper layout under ``root``."""
         return Paths(self.root)
+
+    @property
+    def beats(self) -> BeatSettings:
+        """H, P and L (DESIGN item 8); raises ``ConfigError`` naming a broken rule."""
+        return BeatSettings(
+            interval=self.beat_interval,
+            silence_window=self.silence_window,
+            leader_lease=self.leader_lease,
+        )
 
     @property
     def replica_id(self) -> str:

@@ -31,6 +31,7 @@ from leader.health import NimbusHealth
 from leader.preemption import Preemptor, PreemptSettings
 from leader.registry import Registry
 from leader.settings import ElectorSettings
+from leader.silence_watch import SilenceWatch
 from nimbus.config import NimbusConfig, parse_address
 from nimbus.forward import Forwarder
 from nimbus.grpc_errors import ErrorInterceptor
@@ -117,6 +118,7 @@ class NimbusDaemon:
                 paths=self.paths,
                 replica_id=config.replica_id,
                 session_timeout=config.session_timeout,
+                beats=config.beats,
             ),
             has_all_code=has_all_code or self.syncer.has_all_code,
             on_elected=self._elected,
@@ -142,6 +144,17 @@ class NimbusDaemon:
             timeout=config.session_timeout,
             on_preempt=self.metrics.preempted,
         )
+        self.silence = SilenceWatch(
+            self.client,
+            self.paths,
+            config.replica_id,
+            self.cache,
+            self.elector.queued_node,
+            config.beats,
+            timeout=config.session_timeout,
+            on_preempt=self.metrics.preempted,
+        )
+        self.elector.beater.add_listener(self.silence.beat_acked)
         self.registry = Registry(
             self.client,
             self.paths,
@@ -233,6 +246,8 @@ class NimbusDaemon:
         self.elector.start()
         self.preemptor.start()
         self._started.append(self.preemptor.stop)
+        self.silence.start()
+        self._started.append(self.silence.stop)
         log.info("started in %s", steps)
 
     def _connect(self) -> None:
@@ -264,6 +279,7 @@ class NimbusDaemon:
         if self.ui is not None:
             self.ui.stop()
         self.preemptor.stop()
+        self.silence.stop()
         self.elector.stop()
         self.syncer.stop()
         self.health.refresh()

@@ -79,11 +79,15 @@ def test_a_leader_restarted_in_place_is_preempted_by_its_identity(
         again.stop(signal.SIGKILL)
 
 
-def test_a_paused_leader_is_not_preempted(spawn: Spawn) -> None:
+def test_a_paused_leader_is_not_preempted_by_the_probe(spawn: Spawn) -> None:
     """SIGSTOP: the kernel still accepts connections on its port and its session is the
-    one registered at its address: no evidence, so only the session's expiry decides."""
+    one registered at its address: no evidence for the probe. Silence preemption (off
+    here, see ``tests/test_silence.py``) is what replaces a paused leader in seconds."""
     session_timeout = 4.0
-    replicas = _three(spawn, session_timeout)
+    replicas = [
+        spawn(extra=(*sync_flags(), "--silence-window", "0"), session_timeout=session_timeout)
+        for _ in range(3)
+    ]
     leader, epoch = _leader(replicas)
     rest = [r for r in replicas if r is not leader]
     paused_at = time.monotonic()

@@ -59,10 +59,11 @@ def test_cli_calls_ride_through_kernel_faults_on_the_leader(
     assert failed == []
     T = cluster.session_timeout
     took = {t.fault: t.failover_s or 0.0 for t in trials}
-    # A dead process is preempted; a frozen or cut-off one is waited for (its session).
+    # A dead process is preempted on refused connections; a frozen or cut-off one on the
+    # silence of its beat (P = 2 s), before its session could expire.
     assert 0 < took["sigkill"] < T / 2, took
-    for waited in ("sigstop-2T", "zk-cut-both"):
-        assert took[waited] >= 0.8 * T, took
+    for silent in ("sigstop-2T", "zk-cut-both"):
+        assert 0 < took[silent] < 0.9 * T, took
     assert lost_or_duplicated(cluster, workload) == []
     assert sum(1 for c in workload.snapshot() if c.ok) > 10
 

@@ -1,0 +1,110 @@
+"""Beats: each queued replica's proof of life, written where silence can be seen.
+
+A beat is one multi-op: ``check(own lock node)`` + ``set(own beat node)``. The check ties
+the beat to the replica's place in the queue (a deposed replica's beat fails it and moves
+nothing), and the beat node's version is what a successor watches: a version that stays
+put for the silence window means the replica in front of it stopped reaching ZooKeeper
+(paused, cut off, or its replies lost). Beats are not cluster state, so they bypass the
+fenced writer and its lease gate: a lapsed lease must never block the write that renews it.
+
+Silence preemption deletes the silent replica's lock node in one multi-op that also deletes
+its beat node *at the version watched* and checks ``/leader-epoch``: a beat that landed
+since the successor looked, or a term that changed, makes the whole delete fail.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
+
+from cluster.paths import Paths
+from fencing import txn
+from fencing.membership import ensure_folders
+from fencing.ops import Check, Create, Delete, Op, SetData
+
+
+class BeatOutcome(enum.Enum):
+    """What one beat did; only ``LOCK_GONE`` says anything about the term."""
+
+    OK = "committed"
+    LOCK_GONE = "own lock node is gone"  # deposed or preempted: the only term-ending outcome
+    NO_BEAT_NODE = "own beat node is gone"  # create it again
+
+
+def create_beat(
+    client: KazooClient, paths: Paths, *, lock_node: str, owner: str, timeout: float
+) -> BeatOutcome:
+    """Create the (ephemeral) beat node of ``lock_node``; OK when it exists already.
+
+    ``WriteOutcomeUnknown`` when the connection dropped with it in flight.
+    """
+    beat = Create(paths.beat(lock_node), owner.encode(), ephemeral=True)
+    ops: list[Op] = [Check(lock_node, -1), beat]
+    for _ in range(2):
+        failure = txn.first_failure(txn.commit(client, ops, timeout=timeout))
+        if failure is None:
+            return BeatOutcome.OK
+        index, error = failure
+        if index == 0:
+            return BeatOutcome.LOCK_GONE
+        if isinstance(error, NodeExistsError):
+            return BeatOutcome.OK
+        if not isinstance(error, NoNodeError):
+            raise txn.conflict_for(ops[index], error) from error
+        ensure_folders(client, [paths.beats])  # a cluster made before beats existed
+    raise txn.conflict_for(ops[1], NoNodeError())
+
+
+def send_beat(client: KazooClient, paths: Paths, *, lock_node: str, owner: str) -> IAsyncResult:
+    """Queue one beat without waiting; ``beat_outcome`` classifies its result."""
+    return txn.send(client, [Check(lock_node, -1), SetData(paths.beat(lock_node), owner.encode())])
+
+
+def beat_outcome(result: IAsyncResult, *, timeout: float) -> BeatOutcome:
+    """The outcome of a beat ``send_beat`` queued (``WriteOutcomeUnknown`` on a lost link)."""
+    results: list[Any] = txn.wait(result, timeout=timeout)
+    failure = txn.first_failure(results)
+    if failure is None:
+        return BeatOutcome.OK
+    return BeatOutcome.LOCK_GONE if failure[0] == 0 else BeatOutcome.NO_BEAT_NODE
+
+
+def drop_beat(client: KazooClient, paths: Paths, *, lock_node: str, timeout: float) -> bool:
+    """Delete our beat node of a lock node we left; True when it was there."""
+    results = txn.commit(client, [Delete(paths.beat(lock_node))], timeout=timeout)
+    return txn.first_failure(results) is None
+
+
+def preempt_silent(
+    client: KazooClient,
+    paths: Paths,
+    *,
+    lock_node: str,
+    beat_version: int,
+    epoch_version: int,
+    timeout: float,
+) -> bool:
+    """Delete a silent replica's lock node (and its beat node at ``beat_version``) if no beat
+    landed since and ``/leader-epoch`` is still at ``epoch_version``.
+
+    True when deleted; False when a check failed (nothing written). ``WriteOutcomeUnknown``
+    when the connection dropped with it in flight.
+    """
+    if not lock_node.startswith(paths.leader_lock + "/"):
+        raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
+    ops: list[Op] = [Delete(paths.beat(lock_node), beat_version), Delete(lock_node)]
+    if epoch_version >= 0:  # no /leader-epoch yet: no term to check (a first winner died)
+        ops.append(Check(paths.leader_epoch, epoch_version))
+    return txn.first_failure(txn.commit(client, ops, timeout=timeout)) is None
+
+
+def leave_queue(client: KazooClient, *, lock_node: str, timeout: float) -> bool:
+    """Delete our own lock node within ``timeout`` (kazoo's ``Lock.release`` retries without
+    bound while the link is down). True when deleted, False when already gone;
+    ``WriteOutcomeUnknown`` when the link dropped with it in flight."""
+    results = txn.commit(client, [Delete(lock_node)], timeout=timeout)
+    return txn.first_failure(results) is None

@@ -1,0 +1,194 @@
+"""Silence preemption, the I/O around ``leader.silence``: a paused or cut-off replica in
+front of ours is removed from the queue in about P seconds, not a session timeout.
+
+One thread feeds the state machine what it reads (the beat node of the lock node just in
+front of ours, re-read when its watch fires) and what the kazoo listener and our beater
+report, then sleeps until the machine's next decision time: a timer at P, not a polling
+loop. On SILENT it syncs (with a deadline), reads the beat node again, gives up if the
+version moved, and deletes the silent lock node in one multi-op fenced on the version it
+watched and on ``/leader-epoch`` (``fencing.beats.preempt_silent``). A stale view fails
+that check at ZooKeeper's leader: safe, only later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
+from kazoo.protocol.states import WatchedEvent
+
+from cluster.paths import Paths
+from cluster.threads import guarded
+from fencing.beats import preempt_silent
+from fencing.errors import FencingError
+from fencing.office import read_leader_epoch
+from leader.discovery import LeaderCache
+from leader.settings import BeatSettings
+from leader.silence import Decision, SilenceMachine, Verdict
+
+log = logging.getLogger(__name__)
+
+#: Bound on the sync and the reads that verify silence before acting on it.
+VERIFY_DEADLINE = 1.0
+#: Wait this long after a failed attempt before deciding again (no spinning on an error).
+RETRY_BACKOFF = 0.2
+#: With nothing to time, look again this often anyway (an input lost to a race).
+IDLE_RECHECK = 1.0
+
+
+class SilenceWatch:
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: Paths,
+        replica_id: str,
+        cache: LeaderCache,
+        own_node: Callable[[], str | None],
+        settings: BeatSettings,
+        *,
+        timeout: float,
+        on_preempt: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._paths = paths
+        self._id = replica_id
+        self._cache = cache
+        self._own_node = own_node
+        self._timeout = timeout
+        self._on_preempt = on_preempt
+        self._clock = clock
+        self._enabled = settings.silence_window > 0
+        self._machine = SilenceMachine(  # 0 turns the watch off: never started
+            window=settings.silence_window or float("inf"), own_gap=settings.leader_lease
+        )
+        self._guard = threading.Lock()  # inputs come from kazoo's threads and the beater
+        self._stale = True  # the target's beat node must be read again
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.last: Decision = Decision(Verdict.IDLE)  # for tests and logs
+        self._thread = threading.Thread(
+            target=guarded("silence-watch", self._run, stopping=self._stop.is_set),
+            name="silence-watch",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        if not self._enabled:
+            return
+        self._client.add_listener(self._on_state)
+        self._on_state(self._client.state)
+        self._cache.add_listener(self._poke)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._enabled:
+            self._client.remove_listener(self._on_state)
+
+    # -- inputs (any thread; never block) -------------------------------------------------
+
+    def beat_acked(self, sent: float, acked: float) -> None:
+        with self._guard:
+            self._machine.own_beat(sent, acked)
+        self._wake.set()
+
+    def _on_state(self, state: str) -> None:
+        with self._guard:
+            self._machine.connection(state == KazooState.CONNECTED, self._clock())
+            self._stale = True  # watches may have been lost with the session
+        self._wake.set()
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+    def _on_beat_event(self, event: WatchedEvent) -> None:
+        with self._guard:
+            self._stale = True
+        self._wake.set()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                decision = self._step()
+            except (KazooException, FencingError) as e:
+                log.info("silence watch interrupted: %s", e)
+                with self._guard:
+                    self._stale = True
+                self._stop.wait(RETRY_BACKOFF)
+                continue
+            self.last = decision
+            if decision.verdict is Verdict.SILENT:
+                if not self._preempt(decision):
+                    self._stop.wait(RETRY_BACKOFF)
+                continue
+            wait = IDLE_RECHECK
+            if decision.wake_at is not None:
+                wait = min(wait, max(0.0, decision.wake_at - self._clock()))
+            self._wake.wait(wait)
+
+    def _step(self) -> Decision:
+        target = self._target()
+        with self._guard:
+            if target != self._machine.target:
+                self._machine.watch(target, self._clock())
+                self._stale = True
+            read = self._stale and target is not None
+            self._stale = False
+        if read and target is not None:
+            stat = self._client.exists(self._paths.beat(target), watch=self._on_beat_event)
+            with self._guard:
+                self._machine.saw(target, None if stat is None else stat.version, self._clock())
+        with self._guard:
+            return self._machine.decide(self._clock())
+
+    def _target(self) -> str | None:
+        """The lock node just in front of ours (the leader's, or a queued one's)."""
+        mine = self._own_node()
+        if mine is None:
+            return None
+        queue = self._cache.lock_queue()
+        name = mine.rsplit("/", 1)[-1]
+        if name not in queue or queue.index(name) == 0:
+            return None
+        return f"{self._paths.leader_lock}/{queue[queue.index(name) - 1]}"
+
+    def _preempt(self, decision: Decision) -> bool:
+        """Verify the silence at ZooKeeper's leader, then delete; True when deleted."""
+        target, version = decision.target, decision.version
+        assert target is not None and version is not None
+        beat = self._paths.beat(target)
+        self._client.sync_async(beat).get(timeout=VERIFY_DEADLINE)
+        stat = self._client.exists_async(beat).get(timeout=VERIFY_DEADLINE)
+        now = self._clock()
+        with self._guard:
+            self._machine.saw(target, None if stat is None else stat.version, now)
+            again = self._machine.decide(now)
+        if again.verdict is not Verdict.SILENT or again.version != version:
+            log.info("%s: %s beat again (or we lost touch): not preempted", self._id, target)
+            return True  # not an error: decide afresh at once
+        current, epoch_version = read_leader_epoch(self._client, self._paths)
+        deleted = preempt_silent(
+            self._client, self._paths, lock_node=target, beat_version=version,
+            epoch_version=epoch_version, timeout=self._timeout,
+        )  # fmt: skip
+        if not deleted:
+            log.info("%s: preempting silent %s refused by ZooKeeper's checks", self._id, target)
+            with self._guard:
+                self._stale = True
+            return False
+        leading = current is not None and current.lock_node == target
+        who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
+        evidence = f"{who} silent: beat version {version} unchanged for the window"
+        log.warning("%s: preempted %s", self._id, evidence)
+        if self._on_preempt is not None:
+            self._on_preempt(evidence)
+        return True

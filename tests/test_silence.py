@@ -1,0 +1,75 @@
+"""Silence preemption with real ``nimbus serve`` processes at Storm's T = 20 s: a paused
+leader is replaced in seconds (its beat stops), a 1 s pause moves nothing.
+
+The failover bound (5 s) is loose for a loaded CI box; the defaults put it near P = 2 s.
+Waiting for expiry could never meet it at T = 20 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from cluster.api import pb
+from tests.cluster import Replica, agreed_leader, wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.waiting import wait_until
+
+T = 20.0
+BOUND_S = 5.0
+SILENCE_WINDOW = 2.0  # the default P
+
+
+def _three(spawn: Spawn) -> tuple[list[Replica], Replica, int]:
+    replicas = [spawn(extra=sync_flags(), session_timeout=T) for _ in range(3)]
+    reply = wait_for_agreed_leader(replicas, timeout=60)
+    # Every replica queued and beating before the fault: the successor must have seen a beat.
+    wait_until(lambda: all(r.health() == "SERVING" for r in replicas), timeout=30)
+    leader = next(r for r in replicas if r.address == reply.replica_id)
+    return replicas, leader, int(reply.epoch)
+
+
+def test_a_paused_leader_is_replaced_within_seconds_not_a_session_timeout(spawn: Spawn) -> None:
+    replicas, leader, epoch = _three(spawn)
+    rest = [r for r in replicas if r is not leader]
+    paused_at = time.monotonic()
+    leader.send(signal.SIGSTOP)
+    try:
+        new = wait_for_agreed_leader(rest, timeout=T * 2, newer_than=epoch)
+        took = time.monotonic() - paused_at
+    finally:
+        leader.send(signal.SIGCONT)
+    assert new.replica_id != leader.address
+    assert took < BOUND_S, f"failover after a SIGSTOP took {took:.2f}s at T={T}"
+    # Woken, the old leader never claims: its lock node is gone, its lease long lapsed.
+    reply = leader.leader_reply()
+    assert reply is None or not reply.responder_is_leader
+    assert wait_for_agreed_leader(replicas, timeout=30).replica_id == new.replica_id
+
+
+def test_a_one_second_pause_of_the_leader_moves_nothing(spawn: Spawn) -> None:
+    replicas, leader, epoch = _three(spawn)
+    seen: list[tuple[str, int]] = []
+
+    def sample() -> None:
+        reply = agreed_leader(replicas)
+        if reply is not None:
+            seen.append((reply.replica_id, int(reply.epoch)))
+
+    leader.send(signal.SIGSTOP)
+    try:
+        time.sleep(1.0)  # the fault itself: a one-second pause
+    finally:
+        leader.send(signal.SIGCONT)
+    woke = time.monotonic()
+    wait_until(lambda: leader.health("nimbus.leader") == "SERVING", timeout=10)
+    # Watch past the window a preemption would need (P from the last beat) and then some:
+    # every sample must name the same leader and epoch.
+    while time.monotonic() < woke + 2 * SILENCE_WINDOW:
+        sample()
+        time.sleep(0.05)  # the poll period of an observation, not a synchronisation
+    assert seen, "no agreed leader seen after the pause"
+    assert set(seen) == {(leader.address, epoch)}, f"leadership moved: {sorted(set(seen))}"
+    final = leader.leader_reply()
+    assert isinstance(final, pb.GetLeaderAddressResponse) and final.responder_is_leader
+    assert int(final.epoch) == epoch

@@ -1,0 +1,162 @@
+"""The silence decision (``leader.silence``) on a fake clock, and the margin rule of H, P, L."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.errors import ConfigError
+from leader.settings import (
+    CLOCK_RATE_BOUND,
+    DEFAULT_BEAT_INTERVAL,
+    DEFAULT_LEADER_LEASE,
+    DEFAULT_SILENCE_WINDOW,
+    MAX_UNFENCED_ACTION,
+    BeatSettings,
+    margin_holds,
+)
+from leader.silence import SilenceMachine, Verdict
+from nimbus.config import make_config
+
+P, GAP, H = 2.0, 0.8, 0.2
+LEADER = "/storm/leader-lock/a__lock__0000000001"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watching(clock: Clock) -> SilenceMachine:
+    """Connected, our own beats committing, the leader's beat seen at version 7."""
+    m = SilenceMachine(window=P, own_gap=GAP)
+    m.connection(True, clock())
+    m.own_beat(clock(), clock())
+    m.watch(LEADER, clock())
+    m.saw(LEADER, 7, clock())
+    return m
+
+
+def run(m: SilenceMachine, clock: Clock, seconds: float, *, own_beats: bool = True) -> None:
+    """Let ``seconds`` pass in beat intervals, our own beats committing if ``own_beats``."""
+    end = clock.now + seconds
+    while clock.now < end - 1e-9:
+        clock.now = min(end, clock.now + H)
+        if own_beats:
+            m.own_beat(clock.now - 0.01, clock.now)
+
+
+def test_a_beat_unchanged_for_the_window_is_silence_and_not_a_moment_sooner() -> None:
+    clock = Clock()
+    m = watching(clock)
+    run(m, clock, P - 0.01)
+    d = m.decide(clock())
+    assert d.verdict is Verdict.WATCHING
+    assert d.wake_at is not None and d.wake_at <= clock() + 0.01 + 1e-9  # the timer, at P
+    run(m, clock, 0.01)
+    d = m.decide(clock())
+    assert (d.verdict, d.target, d.version) == (Verdict.SILENT, LEADER, 7)
+
+
+def test_the_timer_is_set_at_the_window_end() -> None:
+    clock = Clock()
+    m = watching(clock)
+    start = clock()
+    d = m.decide(clock())
+    assert d.wake_at is not None and start < d.wake_at <= start + P
+
+
+def test_a_new_version_restarts_the_window() -> None:
+    clock = Clock()
+    m = watching(clock)
+    run(m, clock, 1.5)
+    m.saw(LEADER, 8, clock())
+    run(m, clock, 1.5)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, 0.5)
+    assert m.decide(clock()).version == 8 and m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_a_stall_of_zookeeper_is_not_silence() -> None:
+    """Our own beats stop committing too: the window starts again when they commit."""
+    clock = Clock()
+    m = watching(clock)
+    run(m, clock, 0.5)
+    run(m, clock, 1.6, own_beats=False)  # ZooKeeper answers nobody
+    assert m.decide(clock()).verdict is Verdict.OWN_BEATS_LAPSED
+    stalled_until = clock.now
+    m.own_beat(clock.now - 1.6, clock.now)  # the beat stuck in flight comes back
+    run(m, clock, 1.9)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    clock.now = stalled_until + P
+    assert m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_our_own_pause_is_not_the_leaders_silence() -> None:
+    """Waking from a pause, our last beat is old: nothing is decided until ours commit."""
+    clock = Clock()
+    m = watching(clock)
+    clock.now += 5.0  # we were stopped
+    assert m.decide(clock()).verdict is Verdict.OWN_BEATS_LAPSED
+    m.own_beat(clock.now, clock.now + 0.01)
+    clock.now += 0.01
+    d = m.decide(clock())
+    assert d.verdict is Verdict.WATCHING
+
+
+def test_a_disconnect_restarts_the_window() -> None:
+    clock = Clock()
+    m = watching(clock)
+    run(m, clock, 1.5)
+    m.connection(False, clock())
+    assert m.decide(clock()).verdict is Verdict.DISCONNECTED
+    m.connection(True, clock())
+    run(m, clock, 1.5)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, 0.5)
+    assert m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_no_beat_node_and_no_target_never_preempt() -> None:
+    clock = Clock()
+    m = watching(clock)
+    m.saw(LEADER, None, clock())
+    run(m, clock, 10 * P)
+    assert m.decide(clock()).verdict is Verdict.NO_BEAT
+    m.watch(None, clock())
+    assert m.decide(clock()).verdict is Verdict.IDLE
+
+
+def test_a_new_target_starts_from_nothing_and_old_reads_are_ignored() -> None:
+    clock = Clock()
+    m = watching(clock)
+    run(m, clock, 1.9)
+    other = "/storm/leader-lock/b__lock__0000000002"
+    m.watch(other, clock())
+    m.saw(LEADER, 7, clock())  # a late read about the old target
+    assert m.decide(clock()).verdict is Verdict.NO_BEAT
+    m.saw(other, 0, clock())
+    run(m, clock, 1.9)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+
+
+def test_the_defaults_keep_the_margin_and_a_long_lease_is_refused_naming_the_rule() -> None:
+    assert (DEFAULT_BEAT_INTERVAL, DEFAULT_SILENCE_WINDOW, DEFAULT_LEADER_LEASE) == (0.2, 2.0, 0.8)
+    assert CLOCK_RATE_BOUND == 1e-3 and MAX_UNFENCED_ACTION == 1.0
+    assert margin_holds(leader_lease=0.8, silence_window=2.0)
+    assert not margin_holds(leader_lease=1.0, silence_window=2.0)  # 2.001 > 1.998
+    BeatSettings()
+    with pytest.raises(ConfigError, match=r"L\*\(1\+rho\) \+ T_op <= P\*\(1-rho\)"):
+        BeatSettings(leader_lease=1.0, silence_window=2.0)
+    with pytest.raises(ConfigError, match="below --leader-lease"):
+        BeatSettings(interval=0.9)
+    BeatSettings(leader_lease=5.0, silence_window=0)  # off: no margin to keep
+
+
+def test_nimbus_serve_config_refuses_a_set_breaking_the_rule() -> None:
+    base = {"zookeeper": "127.0.0.1:2181", "listen": "127.0.0.1:6627"}
+    assert make_config(**base).beats == BeatSettings()
+    with pytest.raises(ConfigError, match=r"T_op <= P\*\(1-rho\)"):
+        make_config(**base, leader_lease=1.5, silence_window=2.0)
