@@ -26,3 +26,13 @@ pick_engine() {
     case "$IMAGE" in */*) ;; *) IMAGE=localhost/$IMAGE ;; esac
   fi
 }
+
+# The replicas' readiness probe (deploy/kubernetes/nimbus-statefulset.yaml: gRPC health,
+# the empty service name, port 6627), as a command run inside the container: what the
+# kubelet asks, asked from the pod itself.
+GRPC_PROBE=(python3 -c "import sys, grpc
+from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g
+port, service = sys.argv[1], sys.argv[2]
+with grpc.insecure_channel('127.0.0.1:' + port) as channel:
+    got = g.HealthStub(channel).Check(h.HealthCheckRequest(service=service), timeout=1)
+sys.exit(0 if got.status == h.HealthCheckResponse.SERVING else 1)")
