@@ -483,6 +483,10 @@ class ZooKeeperCluster:
             raise ZooKeeperStartError("the cluster has not been started")
         return self._base_dir
 
+    def config_path(self, i: int) -> Path:
+        """Node ``i``'s ``zoo.cfg``, as written at start."""
+        return self._node(i).cfg_path
+
     def log_path(self, i: int) -> Path:
         """The file receiving node ``i``'s JVM output (WARN and above)."""
         return self._node(i).log_path
@@ -713,6 +717,10 @@ class ZooKeeperCluster:
             f"forceSync={'yes' if self._force_sync else 'no'}",
             "maxClientCnxns=0",
             "maxCnxns=0",
+            # Every queued replica beats five times a second: without a purge, snapshots
+            # and transaction logs would fill the disk. Hourly, keeping the newest three.
+            "autopurge.snapRetainCount=3",
+            "autopurge.purgeInterval=1",
         ]
         if self._size > 1:
             # About 10 s to join and 5 s of leader silence, whatever the tick.

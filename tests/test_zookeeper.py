@@ -24,7 +24,7 @@ from kazoo.exceptions import NodeExistsError
 from cluster.errors import JavaNotFoundError
 from cluster.factory import make_kazoo_client
 from devtools.faultproxy import FaultProxy
-from devtools.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode
+from devtools.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode, srvr
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -448,3 +448,10 @@ def test_stopped_proxy_leaves_no_thread_and_refuses(echo: Echo) -> None:
     assert not [t for t in threading.enumerate() if t.name == f"faultproxy-{port}"]
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_the_embedded_zookeeper_purges_old_snapshots_and_logs(zk_server: ZooKeeperCluster) -> None:
+    """Beats write forever (five a second per queued replica): the server must purge."""
+    lines = zk_server.config_path(0).read_text().splitlines()
+    assert "autopurge.snapRetainCount=3" in lines and "autopurge.purgeInterval=1" in lines
+    assert srvr(zk_server.client_ports[0]), "a server started with them serves"
