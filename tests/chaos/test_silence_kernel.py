@@ -42,12 +42,12 @@ def test_a_leader_cut_from_zookeeper_is_replaced_within_seconds(
     cut_at = time.monotonic()
     cluster.cut(leader, what)
     try:
-        new = wait_until(
-            lambda: (found := cluster.leader()) is not None and found[1] > epoch and found,
-            timeout=T * 2,
-            interval=0.05,
-            message="a new leader",
-        )
+
+        def newer() -> tuple[int, int] | None:
+            found = cluster.leader()
+            return found if found is not None and found[1] > epoch else None
+
+        new = wait_until(newer, timeout=T * 2, interval=0.05, message="a new leader")
         took = time.monotonic() - cut_at
     finally:
         cluster.heal(leader)
