@@ -87,7 +87,13 @@ def test_every_manifest_validates_against_the_kubernetes_schemas() -> None:
                 except kubernetes_validate.ValidationError as e:
                     pytest.fail(f"{path.name}: {doc['kind']} invalid for {version}: {e.message}")
             kinds.add(doc["kind"])
-    expected = {"StatefulSet", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment"}
+    expected = {
+        "StatefulSet",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+    }
     assert expected <= kinds
 
 
@@ -229,7 +235,7 @@ def test_the_image_entry_command_runs_from_an_installed_wheel(tmp_path: Path) ->
     serve_help = help_of("serve")
     assert "--metrics-port" in serve_help and "--advertise" in serve_help
     # Every flag and NIMBUS_<FLAG> the manifests use exists in the installed command.
-    supervisor = find("Deployment", "nimbus-supervisor")["spec"]["template"]["spec"]
+    supervisor = find("StatefulSet", "nimbus-supervisor")["spec"]["template"]["spec"]
     for container, helped in (
         (nimbus_container(), serve_help),
         (supervisor["containers"][0], help_of("supervisor")),
@@ -281,3 +287,78 @@ def test_the_leader_label_is_a_merge_patch_of_the_pods_own_labels(
     assert find("Service", "nimbus-leader")["spec"]["selector"][LABEL] == "leader"
     rules = find("Role", "nimbus-pod-labeler")["rules"]
     assert any("pods" in r["resources"] and "patch" in r["verbs"] for r in rules)
+
+
+def mounted_at(pod: dict[str, Any], container: dict[str, Any], path: str) -> dict[str, Any]:
+    """The pod volume a container mounts at ``path`` (or above it)."""
+    mounts = [m for m in container["volumeMounts"] if (path + "/").startswith(m["mountPath"] + "/")]
+    assert mounts, f"nothing mounted at {path}"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    volume: dict[str, Any] = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    return volume
+
+
+def claim_templates(workload: dict[str, Any]) -> set[str]:
+    return {t["metadata"]["name"] for t in workload["spec"].get("volumeClaimTemplates", [])}
+
+
+def test_supervisor_state_and_pipeline_data_outlive_a_replaced_pod() -> None:
+    workload = find("StatefulSet", "nimbus-supervisor")
+    pod = workload["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = dict(a.split("=", 1) for a in container["args"][1:] if "=" in a)
+    # Its state on its own claim, kept across a replaced pod: no emptyDir anywhere.
+    state = args["--state-dir"]
+    names = {m["name"] for m in container["volumeMounts"] if m["mountPath"] == state}
+    assert names and names <= claim_templates(workload)
+    assert not any("emptyDir" in v for v in pod["volumes"])
+    # Its id is the pod's name, which a StatefulSet keeps: a rollout moves no slot.
+    env = pod_env(container, {"metadata.name": "nimbus-supervisor-1", "status.podIP": "10.0.0.9"})
+    assert env["NIMBUS_ID"] == "nimbus-supervisor-1"
+    # Checkpoints (and pipeline data) on one claim every supervisor mounts read-write.
+    shared = mounted_at(pod, container, args["--checkpoint-dir"])
+    claim = find("PersistentVolumeClaim", shared["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_the_token_secret_reaches_replicas_supervisors_and_the_cli() -> None:
+    kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
+    (generated,) = [g for g in kustomization["secretGenerator"] if g["name"] == "nimbus-token"]
+    (token_file,) = generated["files"]
+    # The operator makes the token; it is never committed.
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(KUBE / token_file)], cwd=REPO, timeout=30
+    )
+    assert ignored.returncode == 0, f"deploy/kubernetes/{token_file} is not git-ignored"
+    supervisor = find("StatefulSet", "nimbus-supervisor")["spec"]["template"]["spec"]
+    replica = find("StatefulSet", "nimbus")["spec"]["template"]["spec"]
+    for pod in (replica, supervisor):
+        container = pod["containers"][0]
+        path = next(e["value"] for e in container["env"] if e["name"] == "NIMBUS_TOKEN_FILE")
+        volume = mounted_at(pod, container, path)
+        assert volume["secret"]["secretName"] == "nimbus-token"
+        assert path.rsplit("/", 1)[1] == token_file
+
+
+def test_the_web_ui_has_a_service_on_the_port_replicas_serve_it() -> None:
+    config = tomllib.loads(find("ConfigMap", "nimbus-config")["data"]["nimbus.toml"])
+    ports = {p["name"]: p["containerPort"] for p in nimbus_container()["ports"]}
+    service = find("Service", "nimbus-ui")["spec"]
+    assert service["selector"] == find("StatefulSet", "nimbus")["spec"]["selector"]["matchLabels"]
+    (port,) = service["ports"]
+    assert ports[port["targetPort"]] == config["ui-port"]
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity) / 2**20
+
+
+def test_a_replicas_memory_limit_leaves_room_over_the_validation_limit() -> None:
+    config = tomllib.loads(find("ConfigMap", "nimbus-config")["data"]["nimbus.toml"])
+    limit = mebibytes(nimbus_container()["resources"]["limits"]["memory"])
+    # The replica itself needs a few hundred MiB beside a validation child at its limit.
+    assert limit - config["validate-memory-mib"] >= 512, (limit, config["validate-memory-mib"])
