@@ -20,6 +20,7 @@ from cluster.security import client as client_security
 from cluster.security.client import ClientSecurity
 from cluster.security.tls import ServerTls
 from cluster.security.zkauth import ZkAuth
+from cluster.zkloop import watch_connection_loop
 
 # Bounds on gRPC messages: packages travel in ~1 MiB chunks, so 8 MiB is generous.
 MAX_GRPC_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -66,7 +67,11 @@ RECONNECT_BACKOFF_MS = (100, 1000)
 
 
 def connect(client: KazooClient, hosts: str, timeout: float) -> None:
-    """Start ``client``; on a timeout, close it and raise ``ZooKeeperUnavailableError``."""
+    """Start ``client``; on a timeout, close it and raise ``ZooKeeperUnavailableError``.
+
+    A started client is watched (``cluster.zkloop``): should kazoo's connection loop die,
+    the process exits non-zero instead of running on without ZooKeeper.
+    """
     try:
         client.start(timeout=timeout)
     except KazooTimeoutError as e:
@@ -75,6 +80,7 @@ def connect(client: KazooClient, hosts: str, timeout: float) -> None:
         raise ZooKeeperUnavailableError(
             f"could not reach ZooKeeper at {hosts} within {timeout:.0f}s"
         ) from e
+    watch_connection_loop(client, f"zookeeper {hosts}")
 
 
 def _message_options() -> list[tuple[str, Any]]:

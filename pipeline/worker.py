@@ -20,6 +20,7 @@ from cluster.errors import NimbusError
 from cluster.factory import make_kazoo_client
 from cluster.paths import Paths
 from cluster.security.zkauth import zk_auth_from_env
+from cluster.zkloop import watch_connection_loop
 from pipeline.claims import SlotClaim
 from pipeline.errors import PipelineError
 from pipeline.failures import one_line, record_failure
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"worker: could not reach ZooKeeper at {args.zookeeper}", file=sys.stderr)
         client.close()
         return EXIT_NO_ZOOKEEPER
+    watch_connection_loop(client, f"worker {args.topology_id}")
     paths = Paths(args.root)
     claim = SlotClaim(
         client,
