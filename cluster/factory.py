@@ -33,20 +33,28 @@ def make_kazoo_client(
     read_only: bool = False,
     auth: ZkAuth | None = None,
 ) -> KazooClient:
-    """A KazooClient that reconnects forever but never re-sends a command.
+    """A KazooClient that reconnects forever, with backoffs of a second at most.
 
-    ``connection_retry`` only governs (re)connecting, which is safe to repeat.
-    ``command_retry`` is left out: kazoo's default retry would re-send a write on a
-    new session after expiry, the exact thing fencing forbids. Callers that need a
-    retried *read* wrap it themselves.
+    ``connection_retry`` governs (re)connecting, which is safe to repeat. ``command_retry``
+    (``client.retry``) is what kazoo's recipes (the lock queue, data and children watches)
+    retry their own calls with; without one kazoo makes an unbounded retry whose backoff
+    grows to an hour, so a watch that hit a disconnect could wait that long to look
+    again. Here it retries as long, but never waits more than a second. No code of this
+    project writes through ``client.retry``: a write's outcome after a connection loss is
+    unknown, and a re-send after session expiry is what fencing forbids (the lock recipe's
+    own create is safe to repeat: its node name carries a uuid it looks for first).
     """
     connection_retry = KazooRetry(
+        max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2
+    )
+    command_retry = KazooRetry(
         max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2
     )
     return KazooClient(
         hosts=hosts,
         timeout=session_timeout,
         connection_retry=connection_retry,
+        command_retry=command_retry,
         read_only=read_only,
         auth_data=auth.auth_data if auth else None,
         default_acl=auth.acl if auth else None,

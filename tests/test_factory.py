@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.factory import make_grpc_server
+from cluster.factory import make_grpc_server, make_kazoo_client
 
 
 def test_a_second_server_on_a_port_in_use_is_refused_with_the_address_named() -> None:
@@ -15,3 +15,11 @@ def test_a_second_server_on_a_port_in_use_is_refused_with_the_address_named() ->
             make_grpc_server(f"127.0.0.1:{port}")
     finally:
         first.stop(None)
+
+
+def test_kazoo_retries_back_off_a_second_at_most() -> None:
+    """kazoo's own default command retry, which its lock and watch recipes use, backs off
+    up to an hour; every client made here waits a second at most between tries."""
+    client = make_kazoo_client("127.0.0.1:1", session_timeout=2.0)
+    assert client.retry is not None and client.retry.max_delay <= 1.0
+    assert client._conn_retry is not None and client._conn_retry.max_delay <= 1.0
