@@ -21,5 +21,5 @@ def test_kazoo_retries_back_off_a_second_at_most() -> None:
     """kazoo's own default command retry, which its lock and watch recipes use, backs off
     up to an hour; every client made here waits a second at most between tries."""
     client = make_kazoo_client("127.0.0.1:1", session_timeout=2.0)
-    assert client.retry is not None and client.retry.max_delay <= 1.0
+    assert client._retry is not None and client._retry.max_delay <= 1.0
     assert client._conn_retry is not None and client._conn_retry.max_delay <= 1.0
