@@ -58,6 +58,9 @@ JVM_FLAGS: Final = (
     "-Djava.awt.headless=true",
     # A paused peer must not stall leader election for the default 5 s.
     "-Dzookeeper.cnxTimeout=1000",
+    # After a partition heals, election notifications back off up to 60 s by default: a
+    # server cut from its peers would rejoin a minute late. Two seconds at most.
+    "-Dzookeeper.fastleader.maxNotificationInterval=2000",
     "-Dzookeeper.jmx.log4j.disable=true",
     # For distributions with their own log4j 1 configuration ($ZOOKEEPER_HOME/conf).
     "-Dzookeeper.root.logger=WARN,CONSOLE",
@@ -723,10 +726,18 @@ class ZooKeeperCluster:
             "autopurge.purgeInterval=1",
         ]
         if self._size > 1:
-            # About 10 s to join and 5 s of leader silence, whatever the tick.
             lines += [
+                # About 10 s to join, whatever the tick.
                 f"initLimit={max(10, -(-10_000 // tick))}",
-                f"syncLimit={max(5, -(-5_000 // tick))}",
+                # A follower out of touch with its leader for 3 s leaves the quorum and
+                # resyncs, instead of serving a view that falls behind for longer.
+                f"syncLimit={max(3, -(-3_000 // tick))}",
+                # Send to the leader from a thread of its own, so a follower stuck writing
+                # to a slow leader cannot hang and serve stale reads (ZOOKEEPER-4074).
+                "learner.asyncSending=true",
+                # Compare each follower's data tree digest with the leader's: a server
+                # whose tree diverged (stale ephemerals, ZOOKEEPER-5010) says so in its log.
+                "digest.enabled=true",
                 "standaloneEnabled=false",
                 "reconfigEnabled=false",
             ]

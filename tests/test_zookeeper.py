@@ -455,3 +455,15 @@ def test_the_embedded_zookeeper_purges_old_snapshots_and_logs(zk_server: ZooKeep
     lines = zk_server.config_path(0).read_text().splitlines()
     assert "autopurge.snapRetainCount=3" in lines and "autopurge.purgeInterval=1" in lines
     assert srvr(zk_server.client_ports[0]), "a server started with them serves"
+
+
+def test_the_ensemble_is_configured_against_zookeepers_own_faults(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    """Settings that shorten ZooKeeper's own faults (issue 31), as the servers started."""
+    lines = healthy_ensemble.config_path(0).read_text().splitlines()
+    assert "learner.asyncSending=true" in lines and "digest.enabled=true" in lines
+    (sync_limit,) = [int(line.split("=")[1]) for line in lines if line.startswith("syncLimit=")]
+    (tick,) = [int(line.split("=")[1]) for line in lines if line.startswith("tickTime=")]
+    assert sync_limit * tick <= 3_000 or sync_limit == 3
+    assert all(srvr(port) for port in healthy_ensemble.client_ports), "every server serves"
