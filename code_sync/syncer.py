@@ -102,6 +102,10 @@ class CodeSyncer:
         # Holders whose download failed for want of a connection, with when: a live
         # session in /nimbuses proves a holder reaches ZooKeeper, not that we reach it.
         self._unreachable: dict[str, float] = {}
+        # Guards the three dicts above: the gate runs on the elector's and the leader's
+        # duty threads while a pass runs on its own. Held only around dict operations,
+        # never around I/O.
+        self._state = threading.Lock()
         self._lag = 0
         self.last_report: SyncReport | None = None  # the latest pass (observability, tests)
         self._wake = threading.Event()
@@ -156,16 +160,19 @@ class CodeSyncer:
         ids = names
         if not complete or int(stat.cversion) != cversion:
             ids = frozenset(self._client.get_children(self._paths.storms))
-        for gone in [tid for tid in self._holderless_since if tid not in ids]:
-            del self._holderless_since[gone]  # bounded by the live topologies
-        held_ids = self._held_ids
+        with self._state:
+            for gone in [tid for tid in self._holderless_since if tid not in ids]:
+                del self._holderless_since[gone]  # bounded by the live topologies
+            held_ids = dict(self._held_ids)
         # One stat per distinct package (``store.has`` re-hashes only a changed file): a
         # copy damaged since the last pass must block here, not after we lead.
         damaged = {d for d in set(held_ids.values()) if not self.store.has(d)}
         if damaged:
-            for tid, d in list(held_ids.items()):
-                if d in damaged:
-                    del held_ids[tid]
+            held_ids = {tid: d for tid, d in held_ids.items() if d not in damaged}
+            with self._state:
+                for tid, d in list(self._held_ids.items()):
+                    if d in damaged:
+                        del self._held_ids[tid]
         unknown = ids.difference(held_ids)
         if not unknown:
             return []
@@ -180,17 +187,20 @@ class CodeSyncer:
             if digest and digest not in held:
                 held[digest] = self.store.has(digest)
             if digest and held[digest]:
-                held_ids[topology_id] = digest
-                self._holderless_since.pop(topology_id, None)
+                with self._state:
+                    self._held_ids[topology_id] = digest
+                    self._holderless_since.pop(topology_id, None)
                 continue
             if live is None:
                 live = live_replicas(self._client, self._paths)
             holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
             if any(r in live and self.reachable(r, now) for r in holders):
-                self._holderless_since.pop(topology_id, None)
+                with self._state:
+                    self._holderless_since.pop(topology_id, None)
                 blocking.append(topology_id)
                 continue
-            since = self._holderless_since.setdefault(topology_id, now)
+            with self._state:
+                since = self._holderless_since.setdefault(topology_id, now)
             if now - since < self._code_wait:
                 blocking.append(topology_id)
         if blocking or damaged:
@@ -215,7 +225,8 @@ class CodeSyncer:
         """False while our last download from ``holder`` failed to connect, within
         ``UNREACHABLE_HOLD`` seconds: such a holder does not make a topology block the
         gate, so ``code_wait`` runs and the cluster can still elect."""
-        since = self._unreachable.get(holder)
+        with self._state:
+            since = self._unreachable.get(holder)
         return since is None or now - since >= UNREACHABLE_HOLD
 
     def has_all_code(self) -> bool:
@@ -223,7 +234,8 @@ class CodeSyncer:
 
     def code_abandoned(self, topology_id: str) -> bool:
         """True once no replica has held this topology's code for longer than ``code_wait``."""
-        since = self._holderless_since.get(topology_id)
+        with self._state:
+            since = self._holderless_since.get(topology_id)
         return since is not None and self._clock() - since >= self._code_wait
 
     # -- one pass ----------------------------------------------------------------------------
@@ -236,7 +248,8 @@ class CodeSyncer:
         good = {d for d in set(saved.held.values()) if self._has(d)}
         primed = {tid: d for tid, d in saved.held.items() if d in good}
         with self._pass_lock:
-            self._held_ids = {**primed, **self._held_ids}
+            with self._state:
+                self._held_ids = {**primed, **self._held_ids}
             if saved.replica == self._id:  # registrations are this identity's own
                 self._registered |= saved.registered
             self._saved = saved
@@ -255,7 +268,9 @@ class CodeSyncer:
                 # A pass over a partial view would take unloaded topologies for gone ones.
                 raise ConnectionLoss("the record cache is not loaded yet")
             report = self._sync_once()
-            now = held_index.Index(dict(self._held_ids), frozenset(self._registered), self._id)
+            with self._state:
+                held_now = dict(self._held_ids)
+            now = held_index.Index(held_now, frozenset(self._registered), self._id)
             if now != self._saved:
                 held_index.save(self.store.root, now)
                 self._saved = now
@@ -277,7 +292,8 @@ class CodeSyncer:
         present: dict[str, bool] = {}
         for digest in set(wanted.values()):
             present[digest] = self.store.has(digest)
-        self._held_ids = {tid: d for tid, d in wanted.items() if present[d] and tid in storms}
+        with self._state:
+            self._held_ids = {tid: d for tid, d in wanted.items() if present[d] and tid in storms}
         self._verify_registrations(wanted, present)
         for topology_id, digest in sorted(wanted.items()):
             if self._stop.is_set():
@@ -300,7 +316,8 @@ class CodeSyncer:
                 report.downloaded.append(topology_id)
                 present[digest] = True
                 if topology_id in storms:
-                    self._held_ids[topology_id] = digest
+                    with self._state:
+                        self._held_ids[topology_id] = digest
             if topology_id not in self._registered:
                 try:
                     self._membership.hold(
@@ -395,9 +412,11 @@ class CodeSyncer:
 
     def _mark_unreachable(self, holder: str) -> None:
         now = self._clock()
-        self._unreachable[holder] = now
-        for stale in [h for h, t in self._unreachable.items() if now - t > 10 * UNREACHABLE_HOLD]:
-            del self._unreachable[stale]  # bounded: old marks are forgotten
+        with self._state:
+            self._unreachable[holder] = now
+            old = [h for h, t in self._unreachable.items() if now - t > 10 * UNREACHABLE_HOLD]
+            for stale in old:
+                del self._unreachable[stale]  # bounded: old marks are forgotten
 
     def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
         """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
@@ -414,7 +433,8 @@ class CodeSyncer:
                         self._fetch(holder, digest), expected_digest=digest, validate=False
                     )
                     log.info("fetched %s (%s) from %s", topology_id, digest[:12], holder)
-                    self._unreachable.pop(holder, None)
+                    with self._state:
+                        self._unreachable.pop(holder, None)
                     return
                 except StoreError:
                     raise  # local disk trouble: no other holder helps now

@@ -468,7 +468,7 @@ class NimbusClient:
             left = end - self._clock()
             if left <= 0:
                 break
-            backoff = random.uniform(0, min(self._max_backoff, 0.05 * 2**number))
+            backoff = random.uniform(0, backoff_cap(number, self._max_backoff))
             self._sleep(min(backoff, left))
             if self._clock() >= end:
                 break
@@ -477,6 +477,12 @@ class NimbusClient:
             f"last: {last}. Check that the replicas run and reach ZooKeeper "
             "(`nimbus nimbuses`), or raise --timeout"
         )
+
+
+def backoff_cap(attempt: int, most: float) -> float:
+    """The longest pause after ``attempt`` failures: 50 ms doubling up to ``most``. The
+    exponent is bounded first: ``2**n`` for a large ``n`` overflows a float."""
+    return min(most, 0.05 * 2.0 ** min(attempt, 32))
 
 
 def _describe(error: grpc.RpcError | None) -> str:
