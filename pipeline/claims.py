@@ -15,6 +15,10 @@ questions from watches and a lease, without a round trip:
   gone, the assignment moved, the session was SUSPENDED for longer than
   ``suspended_fraction`` of the session timeout, or no round trip succeeded for a whole
   session timeout (woken from a pause: the session is surely gone).
+
+Why a held claim ended is a ``ClaimEnd``, which callers branch on (``moved``, the
+retirement of a killed topology's commits on release); the reason strings these two
+methods return are for people (logs, the worker's status) and nothing reads them back.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from enum import Enum
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
@@ -50,6 +55,26 @@ Clock = Callable[[], float]
 
 #: Index of the slot whose worker runs a topology's query (see ``pipeline.supervisor``).
 RUNNING_INDEX = 0
+
+
+class ClaimEnd(Enum):
+    """Why a held claim ended; the value is the text people read."""
+
+    SESSION_LOST = "ZooKeeper session lost"
+    CLAIM_GONE = "claim node gone"
+    ASSIGNMENT_REMOVED = "assignment removed"
+    ASSIGNMENT_MOVED = "assignment moved"
+    ASSIGNMENT_DAMAGED = "assignment damaged"
+    COMMIT_REFUSED = "commit refused"
+
+    @property
+    def moved(self) -> bool:
+        """The assignment no longer names this worker: it ends cleanly, not fenced."""
+        return self in (
+            ClaimEnd.ASSIGNMENT_REMOVED,
+            ClaimEnd.ASSIGNMENT_MOVED,
+            ClaimEnd.ASSIGNMENT_DAMAGED,
+        )
 
 
 class NotAssignedError(PipelineError):
@@ -102,7 +127,8 @@ class SlotClaim:
         )
         self._lock = threading.Lock()
         self._suspended_since: float | None = None
-        self._lost: str | None = None
+        self._ended: ClaimEnd | None = None
+        self._lost: str | None = None  # why, for people: the end's text and any detail
         self.token: ClaimToken | None = None
         self.czxid = 0
         self.claim_path = paths.claim(topology_id, RUNNING_INDEX)
@@ -234,47 +260,53 @@ class SlotClaim:
                     self._suspended_since = self._clock()
                     log.warning("%s: connection SUSPENDED: claim at risk", self.claim_path)
             elif state == KazooState.LOST:
-                self._lose("ZooKeeper session lost")
+                self._lose(ClaimEnd.SESSION_LOST)
             else:
                 self._suspended_since = None
 
     def _on_claim(self, data: bytes | None, stat: ZnodeStat | None) -> bool | None:
         if stat is None or (self.czxid and int(stat.czxid) != self.czxid):
             with self._lock:
-                self._lose("claim node gone")
+                self._lose(ClaimEnd.CLAIM_GONE)
             return False
         return None
 
     def _on_assignment(self, data: bytes | None, stat: ZnodeStat | None) -> bool | None:
-        reason: str | None = None
+        end: ClaimEnd | None = None
         if data is None:
-            reason = "assignment removed"
+            end = ClaimEnd.ASSIGNMENT_REMOVED
         else:
             try:
                 if not self._names_us(records.Assignment.FromString(data)):
-                    reason = "assignment moved"
+                    end = ClaimEnd.ASSIGNMENT_MOVED
             except DecodeError:
-                reason = "assignment damaged"
-        if reason is None:
+                end = ClaimEnd.ASSIGNMENT_DAMAGED
+        if end is None:
             return None
         with self._lock:
-            self._lose(reason)
+            self._lose(end)
         return False
 
-    def _lose(self, reason: str) -> None:
-        if self._lost is None:
-            self._lost = reason
-            log.warning("%s: %s; publishing nothing more", self.claim_path, reason)
+    def _lose(self, end: ClaimEnd, detail: str = "") -> None:
+        if self._ended is None:
+            self._ended = end
+            self._lost = f"{end.value}: {detail}" if detail else end.value
+            log.warning("%s: %s; publishing nothing more", self.claim_path, self._lost)
 
-    def mark_lost(self, reason: str) -> None:
+    def mark_lost(self, end: ClaimEnd, detail: str = "") -> None:
         """Called when a commit was refused: the server said the claim is gone."""
         with self._lock:
-            self._lose(reason)
+            self._lose(end, detail)
+
+    @property
+    def ended(self) -> ClaimEnd | None:
+        """Why the claim ended, or None while it holds."""
+        return self._ended
 
     @property
     def moved(self) -> bool:
         """True when the claim ended because the assignment no longer names us."""
-        return self._lost is not None and self._lost.startswith("assignment")
+        return self._ended is not None and self._ended.moved
 
     def publish_refusal(self) -> str | None:
         """Why no batch may be published now, or None when it may (no round trip)."""
@@ -323,7 +355,7 @@ class SlotClaim:
         if token is None:
             return
         try:
-            if self._lost == "assignment removed" and release_claim(
+            if self._ended is ClaimEnd.ASSIGNMENT_REMOVED and release_claim(
                 self._client, token, timeout=self._timeout, retire=self._retired_nodes()
             ):
                 log.info("released %s and removed the killed topology's commits", self.claim_path)

@@ -33,7 +33,7 @@ from cluster.api import records
 from cluster.paths import Paths
 from fencing import FencingError, WriteOutcomeUnknown
 from fencing.claims import ClaimLostError, commit_marker, prune_markers
-from pipeline.claims import SlotClaim
+from pipeline.claims import ClaimEnd, SlotClaim
 from pipeline.errors import SinkError, UnaccountedBatchError
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class Committer:
         try:
             created = commit_marker(self._client, token, marker, record, timeout=self._timeout)
         except ClaimLostError as e:
-            self._claim.mark_lost(f"commit refused: {e}")
+            self._claim.mark_lost(ClaimEnd.COMMIT_REFUSED, str(e))
             raise FencedOffError(f"sink {sink!r} batch {batch_id} not published: {e}") from e
         except (FencingError, KazooException) as e:
             # WriteOutcomeUnknown included: the marker may land, so the batch is not
