@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 from cluster.api import pb
+from devtools.zkserver import ZooKeeperCluster
 from tests.cluster import Replica, agreed_leader, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.waiting import wait_until
@@ -20,8 +22,8 @@ BOUND_S = 5.0
 SILENCE_WINDOW = 2.0  # the default P
 
 
-def _three(spawn: Spawn) -> tuple[list[Replica], Replica, int]:
-    replicas = [spawn(extra=sync_flags(), session_timeout=T) for _ in range(3)]
+def _three(spawn: Spawn, zookeeper: str | None = None) -> tuple[list[Replica], Replica, int]:
+    replicas = [spawn(extra=sync_flags(), session_timeout=T, zookeeper=zookeeper) for _ in range(3)]
     reply = wait_for_agreed_leader(replicas, timeout=60)
     # Every replica queued and beating before the fault: the successor must have seen a beat.
     wait_until(lambda: all(r.health() == "SERVING" for r in replicas), timeout=30)
@@ -47,29 +49,45 @@ def test_a_paused_leader_is_replaced_within_seconds_not_a_session_timeout(spawn:
     assert wait_for_agreed_leader(replicas, timeout=30).replica_id == new.replica_id
 
 
-def test_a_one_second_pause_of_the_leader_moves_nothing(spawn: Spawn) -> None:
-    replicas, leader, epoch = _three(spawn)
+def _unmoved(replicas: list[Replica], leader: Replica, epoch: int) -> None:
+    """After a short fault: the same leader claims again, and keeps the same epoch for
+    longer than a preemption would need (P from the last beat seen), in every sample."""
+    woke = time.monotonic()
+    wait_until(lambda: leader.health("nimbus.leader") == "SERVING", timeout=10)
     seen: list[tuple[str, int]] = []
-
-    def sample() -> None:
+    while time.monotonic() < woke + 2 * SILENCE_WINDOW:
         reply = agreed_leader(replicas)
         if reply is not None:
             seen.append((reply.replica_id, int(reply.epoch)))
+        time.sleep(0.05)  # the poll period of an observation, not a synchronisation
+    assert seen, "no agreed leader seen after the fault"
+    assert set(seen) == {(leader.address, epoch)}, f"leadership moved: {sorted(set(seen))}"
+    final = leader.leader_reply()
+    assert isinstance(final, pb.GetLeaderAddressResponse) and final.responder_is_leader
+    assert int(final.epoch) == epoch
 
+
+def test_a_one_second_pause_of_the_leader_moves_nothing(spawn: Spawn) -> None:
+    replicas, leader, epoch = _three(spawn)
     leader.send(signal.SIGSTOP)
     try:
         time.sleep(1.0)  # the fault itself: a one-second pause
     finally:
         leader.send(signal.SIGCONT)
-    woke = time.monotonic()
-    wait_until(lambda: leader.health("nimbus.leader") == "SERVING", timeout=10)
-    # Watch past the window a preemption would need (P from the last beat) and then some:
-    # every sample must name the same leader and epoch.
-    while time.monotonic() < woke + 2 * SILENCE_WINDOW:
-        sample()
-        time.sleep(0.05)  # the poll period of an observation, not a synchronisation
-    assert seen, "no agreed leader seen after the pause"
-    assert set(seen) == {(leader.address, epoch)}, f"leadership moved: {sorted(set(seen))}"
-    final = leader.leader_reply()
-    assert isinstance(final, pb.GetLeaderAddressResponse) and final.responder_is_leader
-    assert int(final.epoch) == epoch
+    _unmoved(replicas, leader, epoch)
+
+
+def test_a_one_second_pause_of_zookeeper_moves_nothing(spawn: Spawn, tmp_path: Path) -> None:
+    """Every beat stalls, the successor's own too: a stall of ZooKeeper is not a silent
+    leader. Its own ZooKeeper: the session's shared server must not be paused."""
+    zk = ZooKeeperCluster(size=1, base_dir=tmp_path / "zk").start()
+    try:
+        replicas, leader, epoch = _three(spawn, zookeeper=zk.connect_string)
+        zk.pause(0)
+        try:
+            time.sleep(1.0)  # the fault itself: a one-second pause
+        finally:
+            zk.resume(0)
+        _unmoved(replicas, leader, epoch)
+    finally:
+        zk.stop()  # the replicas are killed by the fixture
