@@ -74,6 +74,33 @@ def _cut(what: Cut, factor: float) -> Inject:
     return run
 
 
+def _pause_seconds(seconds: float) -> Inject:
+    """A pause of fixed length, whatever T: shorter than the silence window, it must not
+    move leadership."""
+
+    def run(cluster: KernelCluster, leader: int, T: float) -> None:
+        cluster.signal(leader, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)  # holding the fault is the fault
+        finally:
+            cluster.signal(leader, signal.SIGCONT)
+
+    return run
+
+
+def _zookeeper_pause(seconds: float) -> Inject:
+    """SIGSTOP of the ZooKeeper server itself: every beat stalls, none is silence."""
+
+    def run(cluster: KernelCluster, leader: int, T: float) -> None:
+        cluster.zk.pause(0)
+        try:
+            time.sleep(seconds)  # holding the fault is the fault
+        finally:
+            cluster.zk.resume(0)
+
+    return run
+
+
 def _false_positive(cluster: KernelCluster, leader: int, T: float) -> None:
     """The leader is alive, but its port answers the successor's probes with a TCP reset
     (as if nothing listened): the successor preempts a live leader, which must step down."""
@@ -89,6 +116,9 @@ FAULTS: dict[str, Inject] = {
     "sigkill": _signal(signal.SIGKILL),
     "sigterm": _signal(signal.SIGTERM),
     "sigstop-2T": _pause(2.0),
+    "sigstop-3T": _pause(3.0),
+    "sigstop-1s": _pause_seconds(1.0),
+    "zk-stop-1s": _zookeeper_pause(1.0),
     "zk-cut-both": _cut(Cut.ZOOKEEPER_BOTH, 3.0),
     "zk-cut-out": _cut(Cut.ZOOKEEPER_OUT, 3.0),
     "zk-cut-in": _cut(Cut.ZOOKEEPER_IN, 3.0),
