@@ -7,7 +7,10 @@ each record once (pipelined, asynchronously) and again only when its watch fires
 Any disconnect loses the watches, not only a new session: kazoo drops every watcher when
 the connection goes (a NONE event) and does not restore them on reconnect (no
 SetWatches). So after every reconnect the cache lists the folder and reads every record
-again; a record whose read failed on the way keeps its last value until then.
+again; a record whose read failed on the way keeps its last value until then. A listing
+or a read that fails while the connection is up (or came back before the failure was
+seen: its reconnect event is already gone) is tried again after a backoff of 2 s at most,
+so no failure waits for a reconnect that may never come and the view never freezes.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Record reads in flight at once: enough to pipeline, few enough that others get through.
 LOAD_WINDOW = 256
+#: Backoff of a listing or read that failed while connected: first, and at most.
+RETRY_FIRST, RETRY_MAX = 0.1, 2.0
 
 M = TypeVar("M", bound=Message)
 
@@ -60,6 +65,8 @@ class RecordCache(Generic[M]):
         self._to_load: collections.deque[str] = collections.deque()
         self._in_flight = 0
         self._held_back = False  # ``hold_back``: queue reads, send none
+        self._retry_delay = RETRY_FIRST  # grows while listings keep failing
+        self._retry_timer: threading.Timer | None = None
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
@@ -168,11 +175,37 @@ class RecordCache(Generic[M]):
                 self._listed_once = True  # no folder: nothing to load
                 self._loaded.notify_all()
             return
-        except Exception as e:  # connection trouble: list again once connected
-            log.info("could not list %s: %s", self._folder, e)
+        except Exception as e:  # list again once connected, or after a backoff if we are
+            log.warning("could not list %s: %r", self._folder, e)
             self._relist = True
+            self._retry_soon()
             return
+        with self._guard:
+            self._retry_delay = RETRY_FIRST
         self._on_children(list(children), int(stat.cversion))
+
+    def _retry_soon(self) -> None:
+        """Reload after a backoff when connected now: no reconnect event will ask for it."""
+        if self._client.state != KazooState.CONNECTED:
+            return  # the reconnect's listener reloads
+        with self._guard:
+            if self._retry_timer is not None and self._retry_timer.is_alive():
+                return
+            delay, self._retry_delay = self._retry_delay, min(RETRY_MAX, self._retry_delay * 2)
+            self._retry_timer = threading.Timer(delay, self._retry)
+            self._retry_timer.daemon = True
+            self._retry_timer.start()
+
+    def _retry(self) -> None:
+        if self._client.state != KazooState.CONNECTED:
+            return
+        if self._relist:
+            self._relist = False
+            self._watch_children()
+        with self._guard:
+            failed = sorted(self._failed & self._children)
+        for name in failed:  # only what failed: not 10,000 reads for one
+            self._load(name)
 
     def _on_children(self, children: list[str], cversion: int) -> None:
         current = set(children)
@@ -244,6 +277,8 @@ class RecordCache(Generic[M]):
             settled = self._pending == 0
             self._loaded.notify_all()
         self._pump()
+        if failed:
+            self._retry_soon()
         if settled:  # one notification for a bulk load, not one per record
             self._notify()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from cluster.api import records
 from cluster.factory import make_kazoo_client
@@ -79,3 +80,30 @@ def test_changes_made_after_a_reconnect_reach_the_cache(
         finally:
             client.stop()
             client.close()
+
+
+def test_a_listing_refused_while_connected_is_tried_again(
+    zk_hosts: str, zk_client: KazooClient
+) -> None:
+    """A listing that fails while the connection stays up (here ZooKeeper refuses it: the
+    folder's ACL) is tried again after a backoff; it used to wait for a reconnect that
+    never came, and the cache's view stayed frozen."""
+    zk_client.add_auth("digest", "admin:secret")
+    admin_only = [make_digest_acl("admin", "secret", all=True)]
+    zk_client.create(FOLDER, b"", acl=admin_only)
+    zk_client.create(f"{FOLDER}/a-1-1", storm("a"), acl=admin_only)
+    client = make_kazoo_client(zk_hosts, session_timeout=10.0)
+    client.start(timeout=10)
+    try:
+        cache = RecordCache(client, FOLDER, records.StormBase.FromString)
+        cache.start()
+        assert cache.wait_loaded(1) is False, "nothing listed while refused"
+        session = client.client_id[0]
+        zk_client.set_acls(FOLDER, OPEN_ACL_UNSAFE)
+        zk_client.set_acls(f"{FOLDER}/a-1-1", OPEN_ACL_UNSAFE)
+        wait_until(lambda: cache.get("a-1-1") is not None, timeout=15,
+                   message="the record, listed again without a reconnect")  # fmt: skip
+        assert client.client_id[0] == session and client.state == KazooState.CONNECTED
+    finally:
+        client.stop()
+        client.close()
