@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from code_sync.package import make_package
+from pipeline.lineage import sink_checkpoint
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
 from tests.cluster import wait_for_agreed_leader
@@ -117,7 +118,7 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
         assert worker["partitioning_note"] == "", worker
         logged = Path(worker["log"]).read_text(errors="replace")
         assert "state repartitioned from 2 to 4 partitions" in logged
-        (checkpoint,) = state.glob("workers/*/checkpoint/out")
+        checkpoint = sink_checkpoint(out)  # a file sink's lives beside its output
         assert checkpoint_partitions(checkpoint) == 4, "the checkpoint's newest batch says 4"
     finally:
         stop_supervisor(supervisor)
