@@ -1,0 +1,58 @@
+"""Beat writes and the silence preemption's multi-op on a real ZooKeeper (``fencing.beats``)."""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+
+from cluster.paths import Paths
+from fencing.beats import BeatOutcome, beat_outcome, create_beat, preempt_silent, send_beat
+
+PATHS = Paths("/storm")
+
+
+def _queued(client: KazooClient, owner: str) -> str:
+    client.ensure_path(PATHS.leader_lock)
+    lock_node: str = client.create(
+        f"{PATHS.leader_lock}/x__lock__", owner.encode(), ephemeral=True, sequence=True
+    )
+    assert create_beat(client, PATHS, lock_node=lock_node, owner=owner, timeout=5) is (
+        BeatOutcome.OK
+    )
+    return lock_node
+
+
+def _beat(client: KazooClient, lock_node: str) -> BeatOutcome:
+    return beat_outcome(send_beat(client, PATHS, lock_node=lock_node, owner="a:1"), timeout=5)
+
+
+def test_a_beat_moves_the_version_and_a_deposed_one_moves_nothing(zk_client: KazooClient) -> None:
+    lock_node = _queued(zk_client, "a:1")
+    beat = PATHS.beat(lock_node)
+    assert zk_client.exists(beat).version == 0
+    assert _beat(zk_client, lock_node) is BeatOutcome.OK
+    assert zk_client.exists(beat).version == 1
+    zk_client.delete(lock_node)
+    assert _beat(zk_client, lock_node) is BeatOutcome.LOCK_GONE
+    assert zk_client.exists(beat).version == 1, "a beat without its lock node wrote"
+
+
+def test_silence_preemption_is_refused_once_a_beat_landed(zk_client: KazooClient) -> None:
+    """The successor watched version 0; the leader beat once more before the delete: the
+    whole multi-op fails and the leader keeps its lock node."""
+    lock_node = _queued(zk_client, "a:1")
+    zk_client.create(PATHS.leader_epoch, b"")
+    assert _beat(zk_client, lock_node) is BeatOutcome.OK
+    assert not preempt_silent(
+        zk_client, PATHS, lock_node=lock_node, beat_version=0, epoch_version=0, timeout=5
+    )
+    assert zk_client.exists(lock_node) is not None
+    zk_client.set(PATHS.leader_epoch, b"another term")
+    assert not preempt_silent(
+        zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=0, timeout=5
+    )
+    assert zk_client.exists(lock_node) is not None
+    assert preempt_silent(
+        zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=1, timeout=5
+    )
+    assert zk_client.exists(lock_node) is None
+    assert zk_client.exists(PATHS.beat(lock_node)) is None
