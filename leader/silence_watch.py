@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
@@ -119,15 +120,22 @@ class SilenceWatch:
             self._wake.clear()
             try:
                 decision = self._step()
-            except (KazooException, FencingError) as e:
-                log.info("silence watch interrupted: %s", e)
+            except (KazooException, KazooTimeoutError, FencingError) as e:
+                log.info("silence watch interrupted: %r", e)
                 with self._guard:
                     self._stale = True
                 self._stop.wait(RETRY_BACKOFF)
                 continue
             self.last = decision
             if decision.verdict is Verdict.SILENT:
-                if not self._preempt(decision):
+                try:
+                    done = self._preempt(decision)
+                except (KazooException, KazooTimeoutError, FencingError) as e:
+                    log.info("%s: preempting %s interrupted: %r", self._id, decision.target, e)
+                    done = False
+                if not done:
+                    with self._guard:
+                        self._stale = True
                     self._stop.wait(RETRY_BACKOFF)
                 continue
             wait = IDLE_RECHECK
@@ -182,8 +190,6 @@ class SilenceWatch:
         )  # fmt: skip
         if not deleted:
             log.info("%s: preempting silent %s refused by ZooKeeper's checks", self._id, target)
-            with self._guard:
-                self._stale = True
             return False
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
