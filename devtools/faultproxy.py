@@ -24,15 +24,15 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 from typing import Literal
 
 from devtools.faultloop import ForwardingLoop, Mode, ProxyState, fresh_modes
+from devtools.lifetime import Started
 
 Direction = Literal["upstream", "downstream", "both"]
 
 
-class FaultProxy:
+class FaultProxy(Started):
     """Forwards ``listen_host:listen_port`` to ``target_host:target_port`` with faults.
 
     All mode methods are thread-safe and take effect at once, for existing connections
@@ -88,17 +88,6 @@ class FaultProxy:
         self._thread = None
         for sock in (self._wake_r, self._wake_w):
             sock.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ---- addresses and counters
 
@@ -204,7 +193,7 @@ class FaultProxy:
             self._wake_w.send(b"x")
 
 
-class ProxiedEnsemble:
+class ProxiedEnsemble(Started):
     """One :class:`FaultProxy` per ZooKeeper node, and a connect string through them all."""
 
     def __init__(self, connect_string: str) -> None:
@@ -222,17 +211,6 @@ class ProxiedEnsemble:
     def stop(self) -> None:
         for proxy in self.proxies:
             proxy.stop()
-
-    def __enter__(self) -> ProxiedEnsemble:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __getitem__(self, i: int) -> FaultProxy:
         return self.proxies[i]

@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Final
 
 from cluster.errors import ZooKeeperStartError, ZooKeeperUnavailableError
+from devtools.lifetime import Started
 from devtools.zklocate import (
     EXTERNAL_ENV,
     JAVA_INSTALL_HINT,
@@ -87,7 +87,7 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
-class ZooKeeperCluster:
+class ZooKeeperCluster(Started):
     """One standalone ZooKeeper or an ensemble of ``size`` nodes, as real local JVMs.
 
     Node indexes are 0-based (``myid`` is index + 1). Use as a context manager, or call
@@ -122,38 +122,23 @@ class ZooKeeperCluster:
             raise ValueError(f"size must be >= 1, got {size}")
         if tick_ms < 1:
             raise ValueError(f"tick_ms must be >= 1, got {tick_ms}")
-        self._size = size
-        self._tick_ms = tick_ms
-        self._min_session_ms = min_session_timeout_ms or 2 * tick_ms
-        self._max_session_ms = max_session_timeout_ms
-        if self._min_session_ms > self._max_session_ms:
+        min_session_ms = min_session_timeout_ms or 2 * tick_ms
+        if min_session_ms > max_session_timeout_ms:
             raise ValueError("min_session_timeout_ms exceeds max_session_timeout_ms")
+        self._size = size
+        self._settings = ServerSettings(
+            tick_ms, min_session_ms, max_session_timeout_ms, force_sync, client_address
+        )
         self._base_dir_arg = base_dir
         self._first_client_port = first_client_port
-        self._force_sync = force_sync
         self._start_timeout = start_timeout
         self._env = dict(os.environ if env is None else env)
-        self._client_address = client_address
         self._base_dir: Path | None = None
         self._owns_base_dir = False
         self._nodes: list[Node] = []
         self._java = ""
         self._classpath = ""
         self._lock = threading.RLock()
-
-    # ---- context manager
-
-    def __enter__(self) -> ZooKeeperCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ---- description
 
@@ -163,7 +148,7 @@ class ZooKeeperCluster:
 
     @property
     def tick_ms(self) -> int:
-        return self._tick_ms
+        return self._settings.tick_ms
 
     @property
     def client_ports(self) -> list[int]:
@@ -380,15 +365,8 @@ class ZooKeeperCluster:
 
     def _start_once(self) -> None:
         self._nodes = self._plan_nodes()
-        settings = ServerSettings(
-            tick_ms=self._tick_ms,
-            min_session_ms=self._min_session_ms,
-            max_session_ms=self._max_session_ms,
-            force_sync=self._force_sync,
-            client_address=self._client_address,
-        )
         for node in self._nodes:
-            write_config(node, self._nodes, settings)
+            write_config(node, self._nodes, self._settings)
         for node in self._nodes:
             self._spawn(node)
         deadline = time.monotonic() + self._start_timeout

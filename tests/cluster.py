@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.api import pb, rpc
 from cluster.factory import make_channel
+from tests.processes import stop_process
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,17 +74,7 @@ class Replica:
     def stop(self, signum: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                os.kill(self.proc.pid, signum)
-            except ProcessLookupError:
-                pass
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = stop_process(self.proc, timeout, signum)
         if self._channel is not None:
             self._channel.close()
             self._channel = None

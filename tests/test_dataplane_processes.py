@@ -43,6 +43,7 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
+from tests.processes import stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 from tests.test_workers import (
     add_input,
@@ -303,12 +304,8 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
         proxy.pass_through()
         proxy.reset()  # discarded bytes leave torn streams: drop them, as a real cut would
         for sup in (a, b):
-            if sup.proc is not None and sup.proc.poll() is None:
-                sup.proc.send_signal(signal.SIGTERM)
-                try:
-                    sup.proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    sup.kill()
+            if sup.proc is not None:
+                stop_process(sup.proc, 60)
         for sup in (a, b):  # workers left behind by a killed supervisor
             left = sup.live_worker()
             if left is not None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,9 +16,9 @@ from typing import Any
 import pytest
 
 from pipeline.sinks import read_batches
-from tests.cluster import REPO, wait_for_agreed_leader
-from tests.replica_fixtures import ROOT, Spawn, sync_flags
-from tests.supervisors import stop_supervisor
+from tests.cluster import wait_for_agreed_leader
+from tests.replica_fixtures import Spawn, sync_flags
+from tests.supervisors import start_supervisor, stop_supervisor
 from tests.test_workers import (
     add_input,
     alive,
@@ -63,16 +61,7 @@ class Setup:
 def setup(spawn: Spawn, zk_hosts: str, tmp_path: Path) -> Iterator[Setup]:
     replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
     state, log = tmp_path / "supervisor", tmp_path / "supervisor.log"
-    with log.open("ab") as out:
-        supervisor = subprocess.Popen(
-            [
-                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
-                "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "2",
-                "--heartbeat-interval", "0.5", "--session-timeout", "6",
-                "--state-dir", str(state), "--worker-stop-timeout", "30",
-            ],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+    supervisor = start_supervisor(zk_hosts, state, log, slots=2)
     try:
         wait_for_agreed_leader([replica], timeout=30)
         yield Setup(replica.address, state, log)

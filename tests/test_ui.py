@@ -35,6 +35,7 @@ from nimbus.client import NimbusClient
 from nimbus.ui.graph import GraphCache
 from nimbus.ui.snapshot import terms
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
+from tests.processes import stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 from tests.waiting import wait_until
 
@@ -267,12 +268,7 @@ def test_nimbus_dev_prints_a_web_ui_address_per_replica_that_serves_the_cluster(
             with urllib.request.urlopen(url, timeout=5) as page:
                 assert b'<main id="main">' in page.read()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 60)
 
 
 def test_terms_end_where_the_next_begins_and_only_a_live_holder_is_current() -> None:

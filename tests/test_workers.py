@@ -14,8 +14,9 @@ from pathlib import Path
 from code_sync.package import make_package
 from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
-from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.replica_fixtures import Spawn, sync_flags
 from tests.scrape import metric
+from tests.supervisors import start_supervisor, stop_supervisor
 from tests.waiting import wait_until
 
 EXAMPLE = REPO / "examples" / "wordcount"
@@ -82,17 +83,9 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
     replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
     log_path = tmp_path / "supervisor.log"
     metrics_port = free_port()
-    with log_path.open("ab") as log:
-        supervisor = subprocess.Popen(
-            [
-                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
-                "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "2",
-                "--heartbeat-interval", "0.5", "--session-timeout", "6",
-                "--state-dir", str(state), "--worker-stop-timeout", "30",
-                "--metrics-port", str(metrics_port),
-            ],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+    supervisor = start_supervisor(
+        zk_hosts, state, log_path, slots=2, extra=("--metrics-port", str(metrics_port))
+    )
     try:
         wait_for_agreed_leader([replica], timeout=30)
         seeds = replica.address
@@ -152,10 +145,4 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
         assert metric(metrics_port, "nimbus_supervisor_workers_running") == 0
         assert output_counts(out) == counted(first + second + third)
     finally:
-        supervisor.send_signal(signal.SIGTERM)
-        try:
-            assert supervisor.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            supervisor.kill()
-            supervisor.wait()
-            raise
+        assert stop_supervisor(supervisor) == 0
