@@ -6,7 +6,6 @@ Invariant: every subclass's ``stop`` is idempotent, so leaving the block after a
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Self
 
 
@@ -23,10 +22,5 @@ class Started:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()  # however the block ended: the exception, if any, goes on
