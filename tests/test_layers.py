@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md hold: checked from the imports and the string literals.
+"""The layers of docs/design.md hold: checked from the imports and the string literals.
 
 ``devtools`` > ``nimbus`` > ``pipeline`` > ``leader | code_sync`` > ``fencing`` > ``cluster``:
 the import-linter contract in ``pyproject.toml`` says it, and these tests run it (and prove
