@@ -84,6 +84,11 @@ class WorkerProcess:
         return self.failures if self.last_error else 0
 
     @property
+    def running(self) -> bool:
+        """Its process lives and was not asked to stop (``status`` is the text for people)."""
+        return self.pid is not None and self.stop_sent_at is None
+
+    @property
     def pid(self) -> int | None:
         """The live (or not yet reaped) worker process, started here or adopted."""
         if self.proc is not None:
@@ -120,7 +125,7 @@ class WorkerProcesses:
     def counts(self) -> tuple[int, int]:
         """(workers running now, restarts scheduled so far)."""
         with self.lock:
-            running = sum(1 for w in self._workers.values() if w.status == "running")
+            running = sum(1 for w in self._workers.values() if w.running)
             return running, self._restarts
 
     def live(self) -> list[WorkerProcess]:
