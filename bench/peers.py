@@ -760,7 +760,8 @@ def run(
         f"kazoo {versions['kazoo']}, Curator 5.9.0; commit {git['commit'][:12]}"
     )
     print()
-    print(results_table(figures, faults))
+    table = results_table(figures, faults)
+    print(table)
     print()
     print(
         "cells: p50 (min-max) over the trials; graceful = SIGTERM (each system's own close); "
@@ -779,6 +780,7 @@ def run(
         quick=quick,
         trials=trials,
         order=[f"{r + 1}:{f}:{s}" for r, f, s in schedule(systems, faults, trials)],
+        table=table.splitlines(),
         trial_details=[asdict(r) for r in results],
         versions=versions,
         git=git,
