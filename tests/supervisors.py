@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from tests.cluster import REPO
+from tests.cluster import REPO, Replica, wait_for_agreed_leader
 from tests.processes import stop_process
-from tests.replica_fixtures import ROOT
+from tests.replica_fixtures import ROOT, Spawn, sync_flags
 
 
 def start_supervisor(
@@ -32,3 +33,24 @@ def start_supervisor(
 def stop_supervisor(supervisor: subprocess.Popen[bytes]) -> int:
     """SIGTERM (it stops its workers), SIGKILL after a minute; the exit code."""
     return stop_process(supervisor, 60)
+
+
+@contextmanager
+def replica_and_supervisor(
+    spawn: Spawn,
+    zk_hosts: str,
+    state: Path,
+    log_path: Path,
+    *,
+    replica_flags: Sequence[str] = (),
+    slots: int = 1,
+) -> Iterator[Replica]:
+    """A replica that leads (the copies a submit waits for: itself) and ``sup-1``, stopped
+    on the way out: where a pipeline test submits its topology."""
+    replica = spawn(extra=(*sync_flags(min_replicas=1, replicas=1), *replica_flags))
+    supervisor = start_supervisor(zk_hosts, state, log_path, slots=slots)
+    try:
+        wait_for_agreed_leader([replica], timeout=30)
+        yield replica
+    finally:
+        stop_supervisor(supervisor)

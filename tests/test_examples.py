@@ -21,9 +21,9 @@ from pipeline.package import load_topology
 from pipeline.progress import Progress
 from pipeline.runner import run
 from pipeline.sinks import latest_by_key, read_batches
-from tests.cluster import REPO, wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, sync_flags
-from tests.supervisors import start_supervisor, stop_supervisor
+from tests.cluster import REPO
+from tests.replica_fixtures import Spawn
+from tests.supervisors import replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -98,10 +98,7 @@ def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
     package = make_package(
         {"topology.py": (folder / "topology.py").read_bytes()}, tmp_path / "rtw.zip"
     )
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit",
@@ -127,8 +124,6 @@ def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
         assert any(
             int(p.read_text().split()[0]) != killed for p in state.glob("workers/*/worker.pid")
         ), "a new worker ran after the SIGKILL"
-    finally:
-        stop_supervisor(supervisor)
 
 
 def _windows(out: Path) -> dict[int, dict[str, Any]]:
@@ -213,10 +208,7 @@ def test_single_join_through_nimbus_survives_a_worker_sigkill(
         folder.mkdir()
     code = {"topology.py": (EXAMPLES / "single-join" / "topology.py").read_bytes()}
     package = make_package(code, tmp_path / "join.zip")
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
         seeds = replica.address
         config = json.dumps({**{k: str(v) for k, v in inputs.items()}, "output": str(out)})
         done = cli(
@@ -237,8 +229,6 @@ def test_single_join_through_nimbus_survives_a_worker_sigkill(
         expected = oracle.joined(_lines(corpus / "gender"), _lines(corpus / "age"))
         wait_until(lambda: joined_rows(out) == expected, timeout=300, interval=1.0,
                    message="every pair joined once, as the oracle says")  # fmt: skip
-    finally:
-        stop_supervisor(supervisor)
 
 
 def _sliding_produced(out: Path) -> object:
@@ -275,10 +265,7 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
     shutil.copytree(folder / "corpus", inbox)
     code = {"topology.py": (folder / "topology.py").read_bytes()}
     package = make_package(code, tmp_path / f"{example}.zip")
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit", str(package), "--name", example, "--config-json", config,
@@ -288,8 +275,6 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
         expected = expect(_oracle(example), _lines(inbox))
         wait_until(lambda: produced(out) == expected, timeout=300, interval=1.0,
                    message=f"{example}'s output equal to its oracle's")  # fmt: skip
-    finally:
-        stop_supervisor(supervisor)
 
 
 @pytest.mark.timeout(600)
@@ -305,15 +290,12 @@ def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
     first, second = sorted((folder / "corpus").iterdir())
     code = {"topology.py": (folder / "topology.py").read_bytes()}
     package = make_package(code, tmp_path / "count.zip")
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
 
     def counts() -> dict[str, int]:
         latest = latest_by_key(read_batches(out), "word")
         return {key[0]: row["count"] for key, row in latest.items()}
 
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit", str(package), "--name", "count", "--config-json", config,
@@ -331,8 +313,6 @@ def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
         expected = oracle.counts(_lines(inbox))
         wait_until(lambda: counts() == expected, timeout=300, interval=1.0,
                    message="both files counted exactly after the SIGKILL")  # fmt: skip
-    finally:
-        stop_supervisor(supervisor)
 
 
 def test_a_left_outer_join_emits_unmatched_rows_once_the_watermark_passes(

@@ -22,9 +22,8 @@ from code_sync.package import make_package
 from pipeline.lineage import sink_checkpoint
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
-from tests.cluster import wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, sync_flags
-from tests.supervisors import start_supervisor, stop_supervisor
+from tests.replica_fixtures import Spawn
+from tests.supervisors import replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -66,10 +65,7 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
     bad = ["no comma here", "k1,not-a-number", "a,b,c"]
     add_input(inbox, "part-1.txt", [*first[:20], *bad, *first[20:]])
     package = make_package({"topology.py": TOPOLOGY}, tmp_path / "rows.zip")
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
@@ -120,5 +116,3 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
         assert "state repartitioned from 2 to 4 partitions" in logged
         checkpoint = sink_checkpoint(out)  # a file sink's lives beside its output
         assert checkpoint_partitions(checkpoint) == 4, "the checkpoint's newest batch says 4"
-    finally:
-        stop_supervisor(supervisor)

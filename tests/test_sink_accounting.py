@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from pipeline.sinks import read_batches
-from tests.cluster import wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, sync_flags
-from tests.supervisors import start_supervisor, stop_supervisor
+from tests.replica_fixtures import Spawn
+from tests.supervisors import replica_and_supervisor
 from tests.test_workers import (
     add_input,
     alive,
@@ -59,14 +58,9 @@ class Setup:
 
 @pytest.fixture
 def setup(spawn: Spawn, zk_hosts: str, tmp_path: Path) -> Iterator[Setup]:
-    replica = spawn(extra=sync_flags(min_replicas=1, replicas=1))
     state, log = tmp_path / "supervisor", tmp_path / "supervisor.log"
-    supervisor = start_supervisor(zk_hosts, state, log, slots=2)
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    with replica_and_supervisor(spawn, zk_hosts, state, log, slots=2) as replica:
         yield Setup(replica.address, state, log)
-    finally:
-        stop_supervisor(supervisor)
 
 
 @pytest.mark.timeout(600)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from code_sync.package import make_package
-from tests.cluster import free_port, wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, sync_flags
-from tests.supervisors import start_supervisor, stop_supervisor
+from tests.cluster import free_port
+from tests.replica_fixtures import Spawn
+from tests.supervisors import replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -62,10 +62,9 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
     add_input(inbox, "part-1.txt", ["a,b,c", "short,row", "d,e,f"])
     package = make_package({"topology.py": FAILING_TOPOLOGY}, tmp_path / "failing.zip")
     ui_port = free_port()
-    replica = spawn(extra=(*sync_flags(min_replicas=1, replicas=1), "--ui-port", str(ui_port)))
-    supervisor = start_supervisor(zk_hosts, state, tmp_path / "supervisor.log")
-    try:
-        wait_for_agreed_leader([replica], timeout=30)
+    flags = ("--ui-port", str(ui_port))
+    log = tmp_path / "supervisor.log"
+    with replica_and_supervisor(spawn, zk_hosts, state, log, replica_flags=flags) as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
         submitted = cli(
@@ -127,5 +126,3 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
             message="the UI showing the topology failing",
         )
         assert "short row" in page["last_error"]["message"]
-    finally:
-        stop_supervisor(supervisor)
