@@ -21,6 +21,18 @@ ROOT = "/storm"
 PATHS = Paths(ROOT)
 
 
+def _make_folders(zk_client: KazooClient) -> None:
+    """The folders a syncer reads, as a replica's start makes them."""
+    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
+        zk_client.ensure_path(folder)
+
+
+def _store_wc(store: CodeStore, tmp_path: Path) -> str:
+    """A one-file package written into ``store``; its digest."""
+    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
+    return store.write([package.read_bytes()], expected_digest=None).digest
+
+
 def test_a_holder_registered_just_after_its_folder_appeared_is_replicated_at_once(
     zk_client: KazooClient, tmp_path: Path
 ) -> None:
@@ -30,12 +42,10 @@ def test_a_holder_registered_just_after_its_folder_appeared_is_replicated_at_onc
     it; the pass found nothing to fetch, and the next passes were skipped because
     ``/code-distributor``'s own children had not changed since.
     """
-    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
-        zk_client.ensure_path(folder)
+    _make_folders(zk_client)
     zk_client.create(PATHS.nimbus("leader"), b"", ephemeral=True)
     source = CodeStore(tmp_path / "leader", max_package_bytes=1 << 20)
-    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
-    digest = source.write([package.read_bytes()], expected_digest=None).digest
+    digest = _store_wc(source, tmp_path)
 
     def fetch(address: str, wanted: str) -> Iterator[bytes]:
         assert address == "leader"
@@ -177,8 +187,7 @@ def test_a_live_holder_we_cannot_download_from_does_not_block_the_gate_past_code
     """A holder's session in ``/nimbuses`` proves it reaches ZooKeeper, not that its code
     can be downloaded (gRPC between the replicas cut): once a download from it fails to
     connect, ``code_wait`` runs, so the cluster can still elect."""
-    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
-        zk_client.ensure_path(folder)
+    _make_folders(zk_client)
     holder = "127.0.0.1:1"  # a live session, but nothing listens at its address
     zk_client.create(PATHS.nimbus(holder), b"", ephemeral=True)
     digest = "ab" * 32
@@ -209,11 +218,9 @@ def test_a_restarted_replica_passes_its_gate_from_its_own_index(
     """The held index written by a pass lets the next process pass its code gate before
     its record cache has read anything; a digest the store no longer verifies is not
     taken on trust."""
-    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
-        zk_client.ensure_path(folder)
+    _make_folders(zk_client)
     store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
-    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
-    digest = store.write([package.read_bytes()], expected_digest=None).digest
+    digest = _store_wc(store, tmp_path)
     base = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
     for i in range(3):
         zk_client.create(PATHS.storm(f"wc-{i}-1"), base.SerializeToString())
@@ -239,8 +246,7 @@ def test_a_restarted_replica_passes_its_gate_from_its_own_index(
 def test_the_gates_memory_of_holderless_topologies_forgets_removed_ones(
     zk_client: KazooClient, tmp_path: Path
 ) -> None:
-    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
-        zk_client.ensure_path(folder)
+    _make_folders(zk_client)
     base = records.StormBase(name="gone", status=records.ACTIVE, digest="cd" * 32)
     storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)
     store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
@@ -266,11 +272,9 @@ def test_a_code_dir_taken_over_by_another_address_registers_its_own_holder_nodes
     """The index's registrations belong to the identity that made them: a replica started
     on the same code dir under a new address must register itself, or no live replica
     would be named as a holder and nobody could fetch from it."""
-    for folder in (PATHS.storms, PATHS.code_distributor, PATHS.nimbuses):
-        zk_client.ensure_path(folder)
+    _make_folders(zk_client)
     store = CodeStore(tmp_path / "store", max_package_bytes=1 << 20)
-    package = make_package({"topology.py": b"# wc\n"}, tmp_path / "wc.zip")
-    digest = store.write([package.read_bytes()], expected_digest=None).digest
+    digest = _store_wc(store, tmp_path)
     base = records.StormBase(name="wc", status=records.ACTIVE, digest=digest)
     zk_client.create(PATHS.storm("wc-1-1"), base.SerializeToString())
 
