@@ -473,3 +473,51 @@ def test_the_manifests_run_under_podman_kube_play(image: Image, tmp_path: Path) 
         podman("volume", "rm", "-f", *played.volumes, "nimbus-token", check=False)
         podman("secret", "rm", "nimbus-token", check=False)
         podman("network", "rm", "-f", network, check=False)
+
+
+@pytest.mark.soak  # a Spark worker in a container: minutes, and ~2 GB of memory
+def test_word_count_through_a_supervisor_container_stays_exact_across_a_leader_kill(
+    cluster: Cluster,
+) -> None:
+    """The README's word count, submitted from the host with the CLI, run by the
+    supervisor container's Spark worker on the shared pipeline-data volume; its counts are
+    exact, and stay exact for text fed after the leader's container is killed."""
+    from devtools.cmd_dev import MORE_TEXT, _count_words, _output_counts
+
+    volume = f"{cluster.name}-data"
+    data = Path(podman("volume", "inspect", volume, "--format", "{{.Mountpoint}}").strip())
+    inbox, out = data / "input", data / "output"
+    inbox.mkdir()
+    example = REPO / "examples" / "wordcount"
+    for part in sorted((example / "corpus").iterdir()):
+        shutil.copy(part, inbox / part.name)
+    seeds = ",".join(cluster.seeds.values())
+    config = {"input": "/var/lib/nimbus-data/input", "output": "/var/lib/nimbus-data/output"}
+    submitted = subprocess.run(
+        [NIMBUS, "submit", str(example), "--name", "wordcount", "--seeds", seeds,
+         "--config-json", json.dumps({**config, "parallelism": 2})],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    expected = _count_words(inbox)
+    wait_until(lambda: _output_counts(out) == expected, timeout=300, interval=1,
+               message="exact counts from the supervisor container")  # fmt: skip
+
+    old = leader_now(list(cluster.seeds.values()))
+    assert old is not None
+    container = cluster.container_of(old[0])
+    podman("kill", container)
+    try:
+        staging = data / ".more.txt"
+        staging.write_text(MORE_TEXT)
+        staging.rename(inbox / "more.txt")
+        expected = _count_words(inbox)
+        wait_until(lambda: _output_counts(out) == expected, timeout=180, interval=1,
+                   message="the text fed after the kill counted exactly")  # fmt: skip
+        survivors = cluster.seeds_without(container)
+        wait_until(lambda: (n := leader_now(survivors)) is not None and n[1] > old[1],
+                   timeout=30, message="a new leader")  # fmt: skip
+    finally:
+        podman("start", container)
+        subprocess.run([NIMBUS, "kill", "wordcount", "--seeds", seeds],
+                       capture_output=True, timeout=120)  # fmt: skip
