@@ -265,7 +265,9 @@ class Worker:
                     self.set_status(PAUSED)
                     log.info("%s: deactivated, query stopped until activated", self.topology_id)
                     if not self._wait_active(activity):
-                        return EXIT_FENCED if self.claim.stop_reason() else EXIT_OK
+                        # As in _watch: an assignment that moved or went is a clean end.
+                        ended = self.claim.stop_reason() is not None and not self.claim.moved
+                        return EXIT_FENCED if ended else EXIT_OK
                 self.set_status("starting: query")
                 running = _rebalanced(topology, activity.parallelism())
                 topology_run = run(
