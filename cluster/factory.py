@@ -47,9 +47,7 @@ def make_kazoo_client(
     connection_retry = KazooRetry(
         max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2
     )
-    command_retry = KazooRetry(
-        max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2
-    )
+    command_retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.2)
     return KazooClient(
         hosts=hosts,
         timeout=session_timeout,
