@@ -651,7 +651,13 @@ def git_facts() -> dict[str, Any]:
 
 
 def run(
-    *, timeout_s: float, trials: int, systems: Sequence[str], faults: Sequence[str], quick: bool
+    *,
+    timeout_s: float,
+    trials: int,
+    systems: Sequence[str],
+    faults: Sequence[str],
+    quick: bool,
+    keep_logs: bool = False,
 ) -> dict[str, Any]:
     from kazoo.client import KazooClient
 
@@ -732,9 +738,10 @@ def run(
                     zk_version = line.partition(":")[2].split("-")[0].split(",")[0].strip()
             ok = True
         finally:
-            if not ok:
+            if not ok or keep_logs:
                 log(f"candidate logs kept in {workdir}")
-    shutil.rmtree(workdir, ignore_errors=True)
+    if not keep_logs:
+        shutil.rmtree(workdir, ignore_errors=True)
 
     figures: dict[str, dict[str, list[float | None]]] = {
         s: {f: [r.failover_s for r in results if r.system == s and r.fault == f] for f in faults}
@@ -815,6 +822,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults", default=",".join(FAULTS), help="comma-separated subset of " + ",".join(FAULTS)
     )
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep every candidate's log (a temp folder)"
+    )
     args = parser.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
     faults = [f for f in args.faults.split(",") if f]
@@ -830,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         systems=systems,
         faults=faults,
         quick=args.quick,
+        keep_logs=args.keep_logs,
     )
     print(json.dumps(result), flush=True)
     return 0
