@@ -1,8 +1,11 @@
 """Shared helpers for the benchmarks: percentiles, a plain-text table, machine facts.
 
 bench/ is not a package: each benchmark is a script run from the repo root
-(``python bench/<name>.py``), which finds this module as ``_common`` next to it, and puts
-the repo root first on ``sys.path`` so that ``bench/fencing.py`` cannot shadow ``fencing``.
+(``python bench/<name>.py``). Python then puts bench/ first on ``sys.path``, where
+``bench/leader.py``, ``fencing.py`` and ``code_sync.py`` would shadow the packages of those
+names. Every bench imports this module before any project package (it sorts with the
+third-party imports, ahead of the first-party ones), and importing it moves bench/ behind
+the repo root: the packages win, and the bench's own ``_*`` helpers still import.
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+if sys.path and Path(sys.path[0] or ".").resolve() == BENCH:  # run as python bench/NAME.py
+    sys.path[0] = str(REPO)
+    sys.path.append(str(BENCH))
 
 NS_PER_MS = 1_000_000
 

@@ -20,30 +20,26 @@ replica and needs root; without it that fault is skipped and says so.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import signal
 import sys
+import tempfile
+import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
+from _common import REPO, machine_facts, percentile
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict  # noqa: E402
-from typing import Any  # noqa: E402
+from devtools.zkserver import ZooKeeperCluster
+from tests.chaos.availability import TARGETS, met, window
+from tests.chaos.history import Call, Fault, History
+from tests.chaos.nemesis import FAULTS
+from tests.chaos.runner import RunResult, run_fault
 
-from _common import machine_facts, percentile  # noqa: E402
-
-from devtools.zkserver import ZooKeeperCluster  # noqa: E402
-from tests.chaos.availability import TARGETS, met, window  # noqa: E402
-from tests.chaos.history import Call, Fault, History  # noqa: E402
-from tests.chaos.nemesis import FAULTS  # noqa: E402
-from tests.chaos.runner import RunResult, run_fault  # noqa: E402
-
-RESULTS = _REPO / "bench" / "results"
+RESULTS = REPO / "bench" / "results"
 
 
 def _spread(values: list[float]) -> dict[str, float | None]:

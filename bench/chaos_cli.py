@@ -19,33 +19,29 @@ Markdown table, to ``bench/results/chaos-cli.{json,md}``.
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+import tempfile
+import uuid
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
+from _common import REPO, machine_facts, percentile, print_table
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import asdict  # noqa: E402
-from typing import Any  # noqa: E402
-
-from _common import machine_facts, percentile, print_table  # noqa: E402
-
-from devtools.netns import available  # noqa: E402
-from tests.chaos.cli_workload import CliWorkload  # noqa: E402
-from tests.chaos.kernel_cluster import ROOT, KernelCluster  # noqa: E402
-from tests.chaos.kernel_faults import (  # noqa: E402
+from devtools.netns import available
+from tests.chaos.cli_workload import CliWorkload
+from tests.chaos.kernel_cluster import ROOT, KernelCluster
+from tests.chaos.kernel_faults import (
     FAULTS,
     Trial,
     lost_or_duplicated,
     measure,
     run_trial,
 )
-from tests.chaos.txnlog import read_txns, s1_txnlog  # noqa: E402
-from tests.replica_fixtures import package  # noqa: E402
+from tests.chaos.txnlog import read_txns, s1_txnlog
+from tests.replica_fixtures import package
 
 SESSION_TIMEOUT = 4.0
 
@@ -147,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": asdict(machine_facts()),
     }
     if args.out:
-        results = _REPO / "bench" / "results"
+        results = REPO / "bench" / "results"
         (results / f"{args.name}.json").write_text(json.dumps(figures, indent=2) + "\n")
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in table]

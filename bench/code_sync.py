@@ -35,38 +35,32 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import gc
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
 
-# Run as a script, Python puts bench/ first on sys.path, where this very file would shadow
-# the ``code_sync`` package. Put the repo root in front of it; bench/ stays on the path,
-# after the root, for ``_common``.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import gc  # noqa: E402
-import hashlib  # noqa: E402
-import importlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-import zipfile  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from types import FrameType  # noqa: E402
-from typing import Any, Protocol  # noqa: E402
-
-import grpc  # noqa: E402
-from _common import (  # noqa: E402
+import grpc
+from _common import (
+    REPO,
     free_port,
     load_1min,
     machine_facts,
@@ -75,13 +69,13 @@ from _common import (  # noqa: E402
     print_table,
 )
 
-from cluster.api import pb, rpc  # noqa: E402
-from cluster.factory import make_channel  # noqa: E402
-from code_sync.package import make_package, validate_package  # noqa: E402
-from code_sync.peer import fetch_from_peer  # noqa: E402
-from code_sync.store import CodeStore  # noqa: E402
-from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
-from pipeline.samples import MINIMAL_TOPOLOGY  # noqa: E402
+from cluster.api import pb, rpc
+from cluster.factory import make_channel
+from code_sync.package import make_package, validate_package
+from code_sync.peer import fetch_from_peer
+from code_sync.store import CodeStore
+from devtools.zkserver import ZooKeeperCluster, srvr
+from pipeline.samples import MINIMAL_TOPOLOGY
 
 MIB = 1 << 20
 FULL_BLOB_MIB = 64
@@ -249,7 +243,7 @@ class Cluster:
             "--max-package-mib", str(MAX_PACKAGE_MIB),
         ]  # fmt: skip
         with log_path.open("ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         replica = Replica(port, proc, log_path, code_dir)
         self.replicas.append(replica)
         return replica

@@ -15,32 +15,24 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import gc
+import json
 import sys
-from pathlib import Path
+import time
+from collections.abc import Callable
+from typing import Any
 
-# Run as a script, Python puts bench/ first on sys.path, where this very file would shadow
-# the ``fencing`` package. Put the repo root in front of it; bench/ stays on the path, after
-# the root, for ``_common``.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
+from _common import Summary, machine_facts, print_table, summarize_ns
+from kazoo.client import KazooClient
+from kazoo.recipe.lock import Lock
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
-
-from _common import Summary, machine_facts, print_table, summarize_ns  # noqa: E402
-from kazoo.client import KazooClient  # noqa: E402
-from kazoo.recipe.lock import Lock  # noqa: E402
-
-from cluster.factory import make_kazoo_client  # noqa: E402
-from cluster.paths import Paths  # noqa: E402
-from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
-from fencing.office import take_office  # noqa: E402
-from fencing.token import LeadershipToken  # noqa: E402
-from fencing.writer import FencedWriter  # noqa: E402
+from cluster.factory import make_kazoo_client
+from cluster.paths import Paths
+from devtools.zkserver import ZooKeeperCluster, srvr
+from fencing.office import take_office
+from fencing.token import LeadershipToken
+from fencing.writer import FencedWriter
 
 ROOT = "/bench"
 LOCK_PATH = f"{ROOT}/leader-lock"

@@ -20,35 +20,28 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
-# Run as a script, Python puts bench/ first on sys.path, where this very file would shadow
-# the ``leader`` package. Put the repo root in front of it; bench/ stays on the path, after
-# the root, for ``_common``. (This file imports nothing from ``leader`` itself, so that
-# ``mypy bench/leader.py`` does not resolve ``leader`` or ``fencing`` to bench/ files.)
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
-
-import grpc  # noqa: E402
-from _common import (  # noqa: E402
+import grpc
+from _common import (
+    REPO,
     Summary,
     machine_facts,
     percentile,
@@ -56,11 +49,11 @@ from _common import (  # noqa: E402
     summarize_ms,
     summarize_ns,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster.api import pb, rpc  # noqa: E402
-from cluster.factory import make_channel  # noqa: E402
-from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from cluster.api import pb, rpc
+from cluster.factory import make_channel
+from devtools.zkserver import ZooKeeperCluster, srvr
 
 REPLICAS = 3
 DEFAULT_SESSION_TIMEOUT_S = 4.0
@@ -225,7 +218,7 @@ class Cluster:
             "--code-dir", str(self.workdir / f"code-{port}"), *self.extra,
         ]  # fmt: skip
         with log_path.open("ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         replica = Replica(port, proc, log_path, attempt=attempt)
         self.every.append(replica)
         self.live.append(replica)

@@ -33,36 +33,31 @@ missing). Logs on stderr; a table and, last, one JSON line on stdout:
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import IO, Any
 
-# Run as a script, Python puts bench/ first on sys.path; put the repo root in front of it
-# (bench/ stays on the path, after the root, for ``_common``).
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import importlib.metadata  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from datetime import datetime  # noqa: E402
-from types import FrameType  # noqa: E402
-from typing import IO, Any  # noqa: E402
-
-from _common import (  # noqa: E402
+from _common import (
+    REPO,
     format_table,
     free_port,
     load_1min,
@@ -341,7 +336,7 @@ def compile_latch(workdir: Path) -> str:
     jars = curator_classpath(pyspark_jars())
     classes = workdir / "classes"
     classes.mkdir()
-    source = _REPO / "bench" / "peers_java" / "PeersLatch.java"
+    source = REPO / "bench" / "peers_java" / "PeersLatch.java"
     cp = ":".join(str(j) for j in jars)
     done = run_quiet(["javac", "-d", str(classes), "-cp", cp, str(source)], timeout=300)
     if done.returncode != 0:
@@ -442,7 +437,7 @@ class World:
             ]  # fmt: skip
         if system == "kazoo":
             return [
-                *prefix, sys.executable, str(_REPO / "bench" / "peers_kazoo.py"),
+                *prefix, sys.executable, str(REPO / "bench" / "peers_kazoo.py"),
                 self.zk_forward, name, f"{t:g}", f"candidate-{index}",
             ]  # fmt: skip
         if system == "etcd":
@@ -503,7 +498,7 @@ class Trial:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=_REPO,
+                cwd=REPO,
             )
             candidate = Candidate(index, proc, log_path)
             assert proc.stdout is not None
@@ -642,8 +637,8 @@ def free_subnet() -> str:
 
 
 def git_facts() -> dict[str, Any]:
-    head = run_quiet(["git", "-C", str(_REPO), "rev-parse", "HEAD"]).stdout.strip()
-    status = run_quiet(["git", "-C", str(_REPO), "status", "--porcelain"]).stdout.splitlines()
+    head = run_quiet(["git", "-C", str(REPO), "rev-parse", "HEAD"]).stdout.strip()
+    status = run_quiet(["git", "-C", str(REPO), "status", "--porcelain"]).stdout.splitlines()
     dirty = sorted(
         line[3:] for line in status if line[3:].startswith(THIS_PACKAGES) and line[:2] != "??"
     )

@@ -18,31 +18,26 @@ one JSON object holding ``max_write_gap_s``.
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import itertools
+import json
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
-# Python puts bench/ first on sys.path, where bench/leader.py would shadow the ``leader``
-# package: put the repo root in front (bench/ stays on the path for ``_common``).
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
-
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
-
-import grpc  # noqa: E402
-from _common import (  # noqa: E402
+import grpc
+from _common import (
+    REPO,
     free_port,
     load_1min,
     machine_facts,
@@ -50,13 +45,13 @@ from _common import (  # noqa: E402
     percentile,
     print_table,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster.api import pb, rpc  # noqa: E402
-from cluster.factory import make_channel  # noqa: E402
-from code_sync.package import make_package  # noqa: E402
-from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
-from nimbus.client import NimbusClient  # noqa: E402
+from cluster.api import pb, rpc
+from cluster.factory import make_channel
+from code_sync.package import make_package
+from devtools.zkserver import ZooKeeperCluster, srvr
+from nimbus.client import NimbusClient
 
 REPLICAS = 3
 SESSION_TIMEOUT_S = 4.0
@@ -100,7 +95,7 @@ class Replica:
             "--replicas", str(REPLICAS), "--min-replicas", "2", "--sync-interval", "0.5",
         ]  # fmt: skip
         with (self.workdir / f"replica-{self.port}.log").open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         if self.channel is not None:
             self.channel.close()
         self.channel = make_channel(self.address)
@@ -236,7 +231,7 @@ def submit_topology(seeds: list[str], workdir: Path) -> None:
     config = {"input": str(workdir / "input"), "output": str(workdir / "output")}
     path = make_package(
         {
-            "topology.py": (_REPO / "examples" / "wordcount" / "topology.py").read_bytes(),
+            "topology.py": (REPO / "examples" / "wordcount" / "topology.py").read_bytes(),
             "config.json": json.dumps(config).encode(),
         },
         workdir / "rolling.zip",

@@ -41,38 +41,31 @@ Progress goes to stderr; the last line of stdout is one JSON object with the fig
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
 
-# Run as a script, Python puts bench/ first on sys.path, where bench/leader.py, fencing.py
-# and code_sync.py would shadow the packages of those names. Put the repo root in front of
-# it; bench/ stays on the path, after the root, for ``_common``. ``leader`` is imported by
-# name (``importlib``) so that ``mypy bench/scale.py`` does not resolve it to bench/leader.py.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import hashlib  # noqa: E402
-import importlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime  # noqa: E402
-from types import FrameType  # noqa: E402
-from typing import Any, Protocol  # noqa: E402
-
-import grpc  # noqa: E402
-from _common import (  # noqa: E402
+import grpc
+from _common import (
+    REPO,
     cpu_seconds,
     free_port,
     load_1min,
@@ -82,12 +75,12 @@ from _common import (  # noqa: E402
     print_table,
     vm_rss_mib,
 )
-from kazoo.client import KazooClient  # noqa: E402
+from kazoo.client import KazooClient
 
-from cluster.api import pb, records, rpc  # noqa: E402
-from cluster.factory import make_channel  # noqa: E402
-from code_sync.package import make_package  # noqa: E402
-from devtools.zkserver import ZooKeeperCluster, srvr  # noqa: E402
+from cluster.api import pb, records, rpc
+from cluster.factory import make_channel
+from code_sync.package import make_package
+from devtools.zkserver import ZooKeeperCluster, srvr
 
 SMALL_N = 10
 FULL_LARGE_N = 10_000
@@ -358,7 +351,7 @@ class Cluster:
         ]  # fmt: skip
         replica.log_offset = replica.log_size()
         with replica.log_path.open("ab") as log:
-            replica.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+            replica.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         replica.started = time.monotonic()
 
     def other(self, replica: Replica) -> Replica:

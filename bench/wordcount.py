@@ -36,44 +36,37 @@ goes to stderr; the last line of stdout is one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import string
 import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
-# Run as a script, Python puts bench/ first on sys.path, where bench/leader.py, fencing.py
-# and code_sync.py would shadow the packages of those names. Put the repo root in front of
-# it; bench/ stays on the path, after the root, for ``_common``.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
+from _common import load_1min, machine_facts, percentile, print_table
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import string  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from itertools import accumulate  # noqa: E402
-from typing import Any  # noqa: E402
-
-from _common import load_1min, machine_facts, percentile, print_table  # noqa: E402
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
-
-from pipeline.api import (  # noqa: E402
+from pipeline.api import (
     CallbackSink,
     FilesSpout,
     RunningCount,
     Split,
     TopologyBuilder,
 )
-from pipeline.runner import run as run_topology  # noqa: E402
-from pipeline.session import make_spark  # noqa: E402
+from pipeline.runner import run as run_topology
+from pipeline.session import make_spark
 
 FULL_LINES = 2_000_000
 QUICK_LINES = 200_000
