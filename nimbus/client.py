@@ -277,8 +277,12 @@ class NimbusClient:
     def _read(self, method: Callable[[rpc.NimbusStub], Any], request: Any) -> Any:
         def attempt(end: float) -> Any:
             address, relayed = self._read_route(end)
+            epoch, timeout = self.max_epoch_seen, self._attempt_timeout(end)
             try:
-                return method(self._stub(address))(request, timeout=self._attempt_timeout(end))
+                # Hedged as a leader call is: a replica cut from ZooKeeper still answers
+                # gRPC but its read blocks on its session; a newer term elsewhere ends it.
+                call = method(self._stub(address)).future(request, timeout=timeout)
+                return self._await_leader(call, address, epoch)
             except grpc.RpcError as e:
                 raise self._leader_failed(address, e, relayed=relayed) from e
 

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 from cluster.api import pb
+from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster
+from nimbus.client import NimbusClient
 from tests.cluster import Replica, agreed_leader, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.waiting import wait_until
@@ -91,3 +93,31 @@ def test_a_one_second_pause_of_zookeeper_moves_nothing(spawn: Spawn, tmp_path: P
         _unmoved(replicas, leader, epoch)
     finally:
         zk.stop()  # the replicas are killed by the fixture
+
+
+def test_a_read_sent_to_a_leader_cut_from_zookeeper_rides_the_failover(
+    spawn: Spawn, zk_server: ZooKeeperCluster, zk_hosts: str
+) -> None:
+    """The cut leader still answers gRPC, but its read blocks on its ZooKeeper session for
+    longer than a read's deadline (10 s) at T = 20 s. The client gives the read up once a
+    newer term leads elsewhere, and asks there."""
+    host, port = zk_server.connect_string.split(",")[0].split(":")
+    chroot = zk_hosts[zk_hosts.index("/") :]
+    proxy = FaultProxy(host, int(port)).start()
+    try:
+        first = spawn(extra=sync_flags(), session_timeout=T, zookeeper=f"{proxy.address}{chroot}")
+        wait_for_agreed_leader([first], timeout=60)  # the first replica leads, through the proxy
+        rest = [spawn(extra=sync_flags(), session_timeout=T) for _ in range(2)]
+        reply = wait_for_agreed_leader([first, *rest], timeout=60)
+        assert reply.replica_id == first.address
+        wait_until(lambda: all(r.health() == "SERVING" for r in rest), timeout=30)
+        with NimbusClient([r.address for r in (first, *rest)]) as client:
+            client.list_topologies()  # the client knows the leader: reads go there
+            proxy.blackhole()
+            started = time.monotonic()
+            client.list_topologies()
+            took = time.monotonic() - started
+        assert took < BOUND_S, f"the read took {took:.2f}s"
+    finally:
+        proxy.pass_through()
+        proxy.stop()
