@@ -15,12 +15,14 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
@@ -31,6 +33,20 @@ if sys.path and Path(sys.path[0] or ".").resolve() == BENCH:  # run as python be
     sys.path.append(str(BENCH))
 
 NS_PER_MS = 1_000_000
+
+
+class BenchError(RuntimeError):
+    """The system under test did not do what the bench needs (the message says what, with
+    the log tails of the processes involved)."""
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM exits through the bench's finally blocks, which stop what it started."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

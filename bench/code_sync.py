@@ -43,9 +43,7 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,26 +53,25 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
-import grpc
+import _replicas
 from _common import (
-    REPO,
+    BenchError,
+    exit_on_sigterm,
     free_port,
     load_1min,
     machine_facts,
-    pdeathsig_prefix,
     percentile,
     print_table,
 )
+from _replicas import serve_command, stop_all, tails, zookeeper_version
 
-from cluster.api import pb, rpc
-from cluster.factory import make_channel
+from cluster.api import pb
 from code_sync.package import make_package, validate_package
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
-from devtools.zkserver import ZooKeeperCluster, srvr
+from devtools.zkserver import ZooKeeperCluster
 from pipeline.samples import MINIMAL_TOPOLOGY
 
 MIB = 1 << 20
@@ -119,10 +116,6 @@ TOPOLOGY_SOURCE = MINIMAL_TOPOLOGY  # the leader validates build() at submit
 BLOB_ENTRY = "data/blob.bin"
 
 
-class BenchError(RuntimeError):
-    """The cluster or a transfer did not do what the benchmark needs."""
-
-
 # -- the package ------------------------------------------------------------------------
 
 
@@ -160,64 +153,11 @@ def entry_compression(path: Path) -> str:
 
 
 @dataclass
-class Replica:
-    port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
+class Replica(_replicas.Replica):
     code_dir: Path
-    _channel: grpc.Channel | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def listening(self) -> bool:
-        """Checked before the first call: a refused first connect backs gRPC off ~1 s."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
-    def stub(self) -> rpc.NimbusStub:
-        if self._channel is None:
-            self._channel = make_channel(self.address)
-        return rpc.NimbusStub(self._channel)
-
-    def leader(self) -> tuple[str, int] | None:
-        try:
-            reply = self.stub().GetLeaderAddress(
-                pb.GetLeaderAddressRequest(), timeout=RPC_TIMEOUT_S
-            )
-        except grpc.RpcError:
-            return None
-        return (reply.replica_id, reply.epoch) if reply.replica_id else None
-
-    def registered(self) -> frozenset[str] | None:
-        try:
-            reply = self.stub().GetAllNimbusAddresses(
-                pb.GetAllNimbusAddressesRequest(), timeout=RPC_TIMEOUT_S
-            )
-        except grpc.RpcError:
-            return None
-        return frozenset(n.address for n in reply.nimbuses)
 
     def holds(self, digest: str) -> bool:
         return (self.code_dir / digest).is_file()
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -229,22 +169,24 @@ class Cluster:
 
     def start_replica(self) -> Replica:
         port = free_port()
-        log_path = self.workdir / f"replica-{port}.log"
         code_dir = self.workdir / f"code-{port}"
-        cmd = [
-            *pdeathsig_prefix(),
-            sys.executable, "-m", "nimbus.cli", "serve",
-            "--zookeeper", self.zookeeper, "--root", self.root,
-            "--listen", f"127.0.0.1:{port}",
-            "--session-timeout", f"{SESSION_TIMEOUT_S:g}",
-            "--code-dir", str(code_dir),
+        log_path = self.workdir / f"replica-{port}.log"
+        replica = Replica(port, log_path, rpc_timeout=RPC_TIMEOUT_S, code_dir=code_dir)
+        extra = (
             "--replicas", str(REPLICAS), "--min-replicas", "1",
             "--sync-interval", f"{SYNC_INTERVAL_S:g}",
             "--max-package-mib", str(MAX_PACKAGE_MIB),
-        ]  # fmt: skip
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        replica = Replica(port, proc, log_path, code_dir)
+        )  # fmt: skip
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=SESSION_TIMEOUT_S,
+                code_dir=code_dir,
+                extra=extra,
+            )
+        )
         self.replicas.append(replica)
         return replica
 
@@ -262,7 +204,7 @@ class Cluster:
             for replica in self.replicas:
                 if not replica.alive():
                     raise BenchError(
-                        f"replica {replica.address} exited with {replica.proc.returncode}\n"
+                        f"replica {replica.address} exited with {replica.returncode}\n"
                         f"{replica.log_tail()}"
                     )
             if all(r.listening() for r in self.replicas) and all(
@@ -277,22 +219,10 @@ class Cluster:
         raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
 
     def tails(self) -> str:
-        return "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in self.replicas)
+        return tails(self.replicas)
 
     def shutdown(self) -> None:
-        """SIGTERM every replica still running, SIGKILL whatever is left after a grace."""
-        for replica in self.replicas:
-            replica.close()
-            if replica.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    replica.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10.0
-        for replica in self.replicas:
-            try:
-                replica.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                replica.proc.kill()
-                replica.proc.wait()
+        stop_all(self.replicas, grace=10.0)
 
 
 # -- submit (NimbusClient) --------------------------------------------------------------
@@ -526,7 +456,7 @@ def measure(
         dest = scratch / f"{counter:03d}"
         server = RawServer(package.path) if name == RAW else None
         gc.collect()
-        before = process_usage(source.proc.pid)
+        before = process_usage(source.pid)
         try:
             start = time.perf_counter()
             if name == SYNC:
@@ -544,7 +474,7 @@ def measure(
             if server is not None:
                 server.close()
             shutil.rmtree(dest, ignore_errors=True)
-        after = process_usage(source.proc.pid)
+        after = process_usage(source.pid)
         if out is not None:
             out.seconds.append(took)
             if before is not None and after is not None and name in (SYNC, STREAM):
@@ -570,14 +500,6 @@ def measure(
 
 
 # -- report -----------------------------------------------------------------------------
-
-
-def zookeeper_version(port: int) -> str:
-    """The server's version from the ``srvr`` four-letter word, e.g. ``3.9.3``."""
-    for line in (srvr(port, timeout=5.0) or "").splitlines():
-        if line.startswith("Zookeeper version:"):
-            return line.partition(":")[2].split("-")[0].split(",")[0].strip()
-    return "unknown"
 
 
 def _p50_or_none(samples: list[float]) -> float | None:
@@ -750,10 +672,6 @@ def run(*, quick: bool) -> dict[str, Any]:
     )
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -765,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     result = run(quick=args.quick)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import Summary, machine_facts, print_table, summarize_ns
+from _replicas import zookeeper_version
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
 
 from cluster.factory import make_kazoo_client
 from cluster.paths import Paths
-from devtools.zkserver import ZooKeeperCluster, srvr
+from devtools.zkserver import ZooKeeperCluster
 from fencing.office import take_office
 from fencing.token import LeadershipToken
 from fencing.writer import FencedWriter
@@ -123,14 +124,6 @@ def measure(ops: dict[str, Operation], iterations: int, warmup: int) -> dict[str
             op()
             samples[name].append(clock() - start)
     return samples
-
-
-def zookeeper_version(port: int) -> str:
-    """The server's version from the ``srvr`` four-letter word, e.g. ``3.9.3``."""
-    for line in (srvr(port, timeout=5.0) or "").splitlines():
-        if line.startswith("Zookeeper version:"):
-            return line.partition(":")[2].split("-")[0].split(",")[0].strip()
-    return "unknown"
 
 
 def verify_writes(client: KazooClient, expected: int) -> None:

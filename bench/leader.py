@@ -21,14 +21,11 @@ one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,24 +33,26 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import grpc
+import _replicas
 from _common import (
-    REPO,
+    BenchError,
     Summary,
+    exit_on_sigterm,
+    free_port,
+    load_1min,
     machine_facts,
     percentile,
     print_table,
     summarize_ms,
     summarize_ns,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from _replicas import serve_command, stop_all, tails, zookeeper_version
+from grpc_health.v1 import health_pb2
 
-from cluster.api import pb, rpc
-from cluster.factory import make_channel
-from devtools.zkserver import ZooKeeperCluster, srvr
+from cluster.api import pb
+from devtools.zkserver import ZooKeeperCluster
 
 REPLICAS = 3
 DEFAULT_SESSION_TIMEOUT_S = 4.0
@@ -78,118 +77,13 @@ EMPTY_CALL = "empty: health Check(service='')"
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
-class BenchError(RuntimeError):
-    """The cluster did not do what a trial needs (with replica log tails)."""
-
-
 # -- replicas as processes --------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _pdeathsig_prefix() -> list[str]:
-    """``setpriv --pdeathsig KILL`` when available: replicas die with us even on kill -9.
-
-    Done by exec'ing through setpriv (same pid) rather than a ``preexec_fn``, which would
-    run Python in a forked child of a process full of gRPC threads.
-    """
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or not sys.platform.startswith("linux"):
-        return []
-    return [setpriv, "--pdeathsig", "KILL", "--"]
-
-
-class Replica:
-    """One ``nimbus serve`` process and a channel to it."""
-
-    def __init__(
-        self, port: int, proc: subprocess.Popen[bytes], log_path: Path, *, attempt: int = 1
-    ) -> None:
-        self.port = port
-        self.attempt = attempt
-        self.ready = False  # has been part of a ready cluster
-        self.address = f"127.0.0.1:{port}"
-        self.proc = proc
-        self.log_path = log_path
-        self.started = time.monotonic()
-        self._channel: grpc.Channel | None = None
-        self._listening = False
-
-    def listening(self) -> bool:
-        """Whether the gRPC port accepts connections yet.
-
-        Checked before the first call: a channel whose first connect is refused backs off
-        for about a second (gRPC's default initial reconnect backoff), which would be
-        counted as the replica's start-up time.
-        """
-        if self._listening:
-            return True
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                self._listening = True
-        except OSError:
-            return False
-        return True
-
-    def channel(self) -> grpc.Channel:
-        if self._channel is None:
-            self._channel = make_channel(self.address)
-        return self._channel
-
-    def stub(self) -> rpc.NimbusStub:
-        return rpc.NimbusStub(self.channel())
-
-    def health_stub(self) -> health_pb2_grpc.HealthStub:
-        return health_pb2_grpc.HealthStub(self.channel())
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def leader_reply(
-        self, timeout: float = POLL_RPC_TIMEOUT_S
-    ) -> pb.GetLeaderAddressResponse | None:
-        try:
-            reply: pb.GetLeaderAddressResponse = self.stub().GetLeaderAddress(
-                pb.GetLeaderAddressRequest(), timeout=timeout
-            )
-        except grpc.RpcError:
-            return None
-        return reply if reply.replica_id else None
-
-    def registered(self, timeout: float = POLL_RPC_TIMEOUT_S) -> frozenset[str] | None:
-        """The replicas this one lists in GetAllNimbusAddresses, None on error."""
-        try:
-            reply: pb.GetAllNimbusAddressesResponse = self.stub().GetAllNimbusAddresses(
-                pb.GetAllNimbusAddressesRequest(), timeout=timeout
-            )
-        except grpc.RpcError:
-            return None
-        return frozenset(n.address for n in reply.nimbuses)
-
-    def serving(self, timeout: float = POLL_RPC_TIMEOUT_S) -> bool:
-        try:
-            reply = self.health_stub().Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout
-            )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == _SERVING)
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def log_tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+@dataclass
+class Replica(_replicas.Replica):
+    attempt: int = 1
+    ready: bool = False  # has been part of a ready cluster
 
 
 @dataclass
@@ -209,17 +103,17 @@ class Cluster:
         """Start one replica on a fresh port (``wait_ready`` retries one that dies at once)."""
         port = free_port()
         log_path = self.workdir / f"replica-{port}.log"
-        cmd = [
-            *_pdeathsig_prefix(),
-            sys.executable, "-m", "nimbus.cli", "serve",
-            "--zookeeper", self.zookeeper, "--root", self.root,
-            "--listen", f"127.0.0.1:{port}",
-            "--session-timeout", str(self.session_timeout),
-            "--code-dir", str(self.workdir / f"code-{port}"), *self.extra,
-        ]  # fmt: skip
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        replica = Replica(port, proc, log_path, attempt=attempt)
+        replica = Replica(port, log_path, rpc_timeout=POLL_RPC_TIMEOUT_S, attempt=attempt)
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=self.session_timeout,
+                code_dir=self.workdir / f"code-{port}",
+                extra=self.extra,
+            )
+        )
         self.every.append(replica)
         self.live.append(replica)
         return replica
@@ -227,13 +121,13 @@ class Cluster:
     def _replace_failed_start(self, replica: Replica) -> Replica:
         """A replica that died before it ever served: once more on a new port, else fail."""
         self.notes.append(
-            f"replica {replica.address} exited with {replica.proc.returncode} before serving "
+            f"replica {replica.address} exited with {replica.returncode} before serving "
             f"(attempt {replica.attempt}): {replica.log_tail(3)!r}"
         )
         if replica.ready or replica.attempt >= 2:
             raise BenchError(
-                f"replica {replica.address} exited with {replica.proc.returncode}\n"
-                f"{replica.log_tail()}"
+                f"replica {replica.address} exited with {replica.returncode}\n"
+                f"{replica.log_tail(25)}"
             )
         self.remove(replica)
         return self.start_replica(attempt=replica.attempt + 1)
@@ -284,22 +178,10 @@ class Cluster:
         )
 
     def tails(self) -> str:
-        return "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in self.live)
+        return tails(self.live)
 
     def shutdown(self) -> None:
-        """SIGTERM every replica still running, SIGKILL whatever is left after a grace."""
-        for replica in self.every:
-            replica.close()
-            if replica.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    replica.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10.0
-        for replica in self.every:
-            try:
-                replica.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                replica.proc.kill()
-                replica.proc.wait()
+        stop_all(self.every, grace=10.0)
         self.live.clear()
 
 
@@ -377,7 +259,7 @@ def failover_trial(cluster: Cluster, signum: signal.Signals) -> Trial:
     first_seen: float | None = None
     agreed: pb.GetLeaderAddressResponse | None = None
     began = time.monotonic()
-    os.kill(old.proc.pid, signum)
+    os.kill(old.pid, signum)
     while True:
         replies = [r.leader_reply() for r in survivors]
         now = time.monotonic()
@@ -401,14 +283,12 @@ def failover_trial(cluster: Cluster, signum: signal.Signals) -> Trial:
             )
         time.sleep(POLL_INTERVAL_S)
     took = now - began
-    try:
-        exit_code: int | None = old.proc.wait(EXIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    exit_code = old.wait_exit(EXIT_TIMEOUT_S)
+    if exit_code is None:
         cluster.notes.append(
             f"{old.address} still running {EXIT_TIMEOUT_S:.0f} s after {signum.name}"
         )
-        old.proc.kill()
-        exit_code = old.proc.wait()
+        exit_code = old.returncode
     expected_code = 0 if signum == signal.SIGTERM else -signal.SIGKILL
     if exit_code != expected_code:
         cluster.notes.append(
@@ -446,14 +326,6 @@ def run_trials(cluster: Cluster, signum: signal.Signals, trials: int) -> list[Tr
 
 
 # -- report -----------------------------------------------------------------------------
-
-
-def zookeeper_version(port: int) -> str:
-    """The server's version from the ``srvr`` four-letter word, e.g. ``3.9.3``."""
-    for line in (srvr(port, timeout=5.0) or "").splitlines():
-        if line.startswith("Zookeeper version:"):
-            return line.partition(":")[2].split("-")[0].split(",")[0].strip()
-    return "unknown"
 
 
 def _ms(trials: list[Trial], pick: Callable[[Trial], float]) -> Summary:
@@ -551,7 +423,7 @@ def report(
     for note in notes:
         print(f"note: {note}")
     print()
-    load_end = _load_1min()
+    load_end = load_1min()
     print(facts.line())
     print(
         f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
@@ -601,16 +473,9 @@ def report(
     return result
 
 
-def _load_1min() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
-
-
 def run(*, quick: bool, session_timeout: float) -> dict[str, Any]:
     began = time.monotonic()
-    load_start = _load_1min()
+    load_start = load_1min()
     iterations = QUICK_CALLS if quick else FULL_CALLS
     warmup = QUICK_WARMUP if quick else FULL_WARMUP
     trials = QUICK_TRIALS if quick else FULL_TRIALS
@@ -703,10 +568,6 @@ def run_preemption(*, quick: bool) -> dict[str, Any]:
             "machine": asdict(machine_facts())}  # fmt: skip
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -732,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         help="only SIGKILL failover, with and without preemption, at T = 4 s and 20 s",
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     if args.preemption:
         print(json.dumps(run_preemption(quick=args.quick), sort_keys=True), flush=True)
         return 0

@@ -53,11 +53,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 from _common import (
     REPO,
+    BenchError,
+    exit_on_sigterm,
     format_table,
     free_port,
     load_1min,
@@ -95,10 +96,6 @@ JVM_FLAGS = ("-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:
 THIS_PACKAGES = ("cluster/", "fencing/", "leader/", "code_sync/", "nimbus/", "pipeline/")
 
 _TOOK_OFFICE = re.compile(r": took office, epoch \d+")
-
-
-class BenchError(RuntimeError):
-    """A trial could not be run as designed (with the candidates' log tails)."""
 
 
 def log(message: str) -> None:
@@ -793,10 +790,6 @@ def run(
     )
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: candidates, stores, namespaces
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one trial per fault and system")
@@ -828,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown: {', '.join(unknown)}")
     if args.trials < 1:
         parser.error("--trials must be >= 1")
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     result = run(
         timeout_s=args.timeout,
         trials=1 if args.quick else args.trials,

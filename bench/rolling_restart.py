@@ -24,7 +24,6 @@ import itertools
 import json
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,25 +31,25 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import grpc
+import _replicas
 from _common import (
     REPO,
+    BenchError,
+    exit_on_sigterm,
     free_port,
     load_1min,
     machine_facts,
-    pdeathsig_prefix,
     percentile,
     print_table,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from _replicas import serve_command, stop_all, tails, zookeeper_version
+from grpc_health.v1 import health_pb2
 
-from cluster.api import pb, rpc
-from cluster.factory import make_channel
+from cluster.api import pb
 from code_sync.package import make_package
-from devtools.zkserver import ZooKeeperCluster, srvr
+from devtools.zkserver import ZooKeeperCluster
 from nimbus.client import NimbusClient
 
 REPLICAS = 3
@@ -69,86 +68,36 @@ CLIENT = {"call_timeout": 2.0, "attempts": 200, "deadline": 60.0, "max_backoff":
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
-class BenchError(RuntimeError):
-    """The cluster did not do what the run needs (replica log tails attached)."""
-
-
 @dataclass
-class Replica:
-    port: int
+class Replica(_replicas.Replica):
     workdir: Path
     zookeeper: str
     root: str
-    proc: subprocess.Popen[bytes] | None = None
-    channel: grpc.Channel | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        cmd = [
-            *pdeathsig_prefix(), sys.executable, "-m", "nimbus.cli", "serve",
-            "--zookeeper", self.zookeeper, "--root", self.root, "--listen", self.address,
-            "--session-timeout", str(SESSION_TIMEOUT_S),
-            "--code-dir", str(self.workdir / f"code-{self.port}"),
-            "--replicas", str(REPLICAS), "--min-replicas", "2", "--sync-interval", "0.5",
-        ]  # fmt: skip
-        with (self.workdir / f"replica-{self.port}.log").open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        if self.channel is not None:
-            self.channel.close()
-        self.channel = make_channel(self.address)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signum)
-        try:
-            return self.proc.wait(EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return -9
-
-    def stub(self) -> rpc.NimbusStub:
-        assert self.channel is not None
-        return rpc.NimbusStub(self.channel)
-
-    def serving(self) -> bool:
-        assert self.channel is not None
-        try:
-            reply = health_pb2_grpc.HealthStub(self.channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+        self.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=self.address,
+                session_timeout=SESSION_TIMEOUT_S,
+                code_dir=self.workdir / f"code-{self.port}",
+                extra=(
+                    "--replicas",
+                    str(REPLICAS),
+                    "--min-replicas",
+                    "2",
+                    "--sync-interval",
+                    "0.5",
+                ),
             )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == _SERVING)
+        )
 
-    def leader(self) -> pb.GetLeaderAddressResponse | None:
-        try:
-            reply: pb.GetLeaderAddressResponse = self.stub().GetLeaderAddress(
-                pb.GetLeaderAddressRequest(), timeout=1.0
-            )
-        except grpc.RpcError:
-            return None
-        return reply
 
-    def listed(self) -> int:
-        try:
-            reply = self.stub().GetAllNimbusAddresses(
-                pb.GetAllNimbusAddressesRequest(), timeout=1.0
-            )
-        except grpc.RpcError:
-            return 0
-        return len(reply.nimbuses)
-
-    def log_tail(self, lines: int = 20) -> str:
-        path = self.workdir / f"replica-{self.port}.log"
-        try:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+def new_replica(workdir: Path, zookeeper: str, root: str) -> Replica:
+    port = free_port()
+    log_path = workdir / f"replica-{port}.log"
+    return Replica(port, log_path, workdir=workdir, zookeeper=zookeeper, root=root)
 
 
 def wait_ready(replicas: list[Replica], timeout: float = READY_TIMEOUT_S) -> str:
@@ -156,17 +105,16 @@ def wait_ready(replicas: list[Replica], timeout: float = READY_TIMEOUT_S) -> str
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(r.serving() for r in replicas):
-            named = {(x.replica_id, x.epoch) if x else None for x in (r.leader() for r in replicas)}
+            named = {r.leader() for r in replicas}
             if (
                 len(named) == 1
                 and None not in named
-                and all(r.listed() == len(replicas) for r in replicas)
+                and all(len(r.registered() or ()) == len(replicas) for r in replicas)
             ):
                 ((leader, _),) = named  # type: ignore[misc]
                 return str(leader)
         time.sleep(0.02)
-    tails = "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)
-    raise BenchError(f"replicas not ready within {timeout:.0f}s\n{tails}")
+    raise BenchError(f"replicas not ready within {timeout:.0f}s\n{tails(replicas)}")
 
 
 @dataclass
@@ -219,7 +167,7 @@ def max_gap(acks: list[float], start: float, end: float) -> float:
 class Step:
     address: str
     was_leader: bool
-    exit_code: int
+    exit_code: int | None
     exit_ms: float
     ready_s: float
     gap_ms: float
@@ -250,7 +198,8 @@ def rolling_restart(replicas: list[Replica], writer: Writer, rounds: int) -> lis
         for replica in reversed(replicas):  # a StatefulSet updates the highest ordinal first
             leader = wait_ready(replicas)
             signalled = time.monotonic()
-            code = replica.stop(signal.SIGTERM)
+            replica.stop(signal.SIGTERM, EXIT_TIMEOUT_S)
+            code = replica.returncode
             exited = time.monotonic()
             replica.start()
             leader_after = wait_ready(replicas)
@@ -280,14 +229,9 @@ def run(*, quick: bool) -> dict[str, Any]:
     replicas: list[Replica] = []
     try:
         with ZooKeeperCluster(size=1) as zk:
-            version = "unknown"
-            for line in (srvr(zk.client_ports[0], timeout=5.0) or "").splitlines():
-                if line.startswith("Zookeeper version:"):
-                    version = line.partition(":")[2].split("-")[0].strip()
+            version = zookeeper_version(zk.client_ports[0])
             root = f"/bench-{uuid.uuid4().hex[:12]}"
-            replicas = [
-                Replica(free_port(), workdir, zk.connect_string, root) for _ in range(REPLICAS)
-            ]
+            replicas = [new_replica(workdir, zk.connect_string, root) for _ in range(REPLICAS)]
             try:
                 for replica in replicas:
                     replica.start()
@@ -303,9 +247,7 @@ def run(*, quick: bool) -> dict[str, Any]:
                 roll_end = time.monotonic()
                 writer.stop()
             finally:
-                for replica in replicas:
-                    if replica.proc is not None:
-                        replica.stop(signal.SIGTERM)
+                stop_all(replicas, grace=EXIT_TIMEOUT_S)
         ok = True
     finally:
         if ok:
@@ -396,10 +338,6 @@ def show(result: dict[str, Any]) -> None:
     )
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -408,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"{QUICK_ROUNDS} round of restarts instead of {FULL_ROUNDS} (about a minute)",
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     result = run(quick=args.quick)
     show(result)
     print(json.dumps(result, sort_keys=True), flush=True)

@@ -51,8 +51,6 @@ import random
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,27 +58,27 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
+import _replicas
 import grpc
 from _common import (
-    REPO,
+    BenchError,
     cpu_seconds,
+    exit_on_sigterm,
     free_port,
     load_1min,
     machine_facts,
-    pdeathsig_prefix,
     percentile,
     print_table,
     vm_rss_mib,
 )
+from _replicas import serve_command, stop_all, tails, zookeeper_version
 from kazoo.client import KazooClient
 
-from cluster.api import pb, records, rpc
-from cluster.factory import make_channel
+from cluster.api import pb, records
 from code_sync.package import make_package
-from devtools.zkserver import ZooKeeperCluster, srvr
+from devtools.zkserver import ZooKeeperCluster
 
 SMALL_N = 10
 FULL_LARGE_N = 10_000
@@ -125,10 +123,6 @@ STEPS = (
     ("took office", re.compile(r": took office, epoch \d+")),
     ("leading", re.compile(r"^leading with epoch \d+")),
 )
-
-
-class BenchError(RuntimeError):
-    """The cluster did not do what the benchmark needs (with replica log tails)."""
 
 
 def topology_name(i: int) -> str:
@@ -235,85 +229,12 @@ def seed(connect: str, root: str, n: int, package: Package) -> float:
 
 
 @dataclass
-class Replica:
-    port: int
+class Replica(_replicas.Replica):
     code_dir: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    log_offset: int = 0  # where the current process's output begins in the log
-    started: float = 0.0  # time.monotonic() at launch
-    _channel: grpc.Channel | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise BenchError(f"replica {self.address} is not running")
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def listening(self) -> bool:
-        """Checked before the first call: a refused first connect backs gRPC off ~1 s."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
-    def stub(self) -> rpc.NimbusStub:
-        if self._channel is None:
-            self._channel = make_channel(self.address)
-        return rpc.NimbusStub(self._channel)
-
-    def leader(self) -> tuple[str, int] | None:
-        try:
-            reply = self.stub().GetLeaderAddress(
-                pb.GetLeaderAddressRequest(), timeout=RPC_TIMEOUT_S
-            )
-        except grpc.RpcError:
-            return None
-        return (reply.replica_id, reply.epoch) if reply.replica_id else None
-
-    def registered(self) -> frozenset[str] | None:
-        try:
-            reply = self.stub().GetAllNimbusAddresses(
-                pb.GetAllNimbusAddressesRequest(), timeout=RPC_TIMEOUT_S
-            )
-        except grpc.RpcError:
-            return None
-        return frozenset(n.address for n in reply.nimbuses)
-
-    def log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except OSError:
-            return 0
-
-    def log_since(self, offset: int) -> str:
-        try:
-            with self.log_path.open("rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
     def queued(self) -> bool:
         """Whether the current process logged that it queued (its code gate passed)."""
         return QUEUED in self.log_since(self.log_offset)
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def log_tail(self, lines: int = 20) -> str:
-        text = self.log_since(self.log_offset)
-        return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass
@@ -327,32 +248,30 @@ class Cluster:
     def add_replica(self, package: Package) -> Replica:
         port = free_port()
         replica = Replica(
-            port=port,
+            port,
+            self.workdir / f"replica-{port}.log",
+            rpc_timeout=RPC_TIMEOUT_S,
             code_dir=self.workdir / f"code-{port}",
-            log_path=self.workdir / f"replica-{port}.log",
         )
         place_package(package, replica.code_dir)
         self.replicas.append(replica)
         return replica
 
     def launch(self, replica: Replica) -> None:
-        if replica.alive():
-            raise BenchError(f"replica {replica.address} is already running")
-        replica.close()
-        cmd = [
-            *pdeathsig_prefix(),
-            sys.executable, "-m", "nimbus.cli", "serve",
-            "--zookeeper", self.zookeeper, "--root", self.root,
-            "--listen", replica.address,
-            "--session-timeout", f"{SESSION_TIMEOUT_S:g}",
-            "--code-dir", str(replica.code_dir),
+        extra = (
             "--replicas", str(REPLICAS), "--min-replicas", "1",
             "--sync-interval", f"{SYNC_INTERVAL_S:g}",
-        ]  # fmt: skip
-        replica.log_offset = replica.log_size()
-        with replica.log_path.open("ab") as log:
-            replica.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        replica.started = time.monotonic()
+        )  # fmt: skip
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=SESSION_TIMEOUT_S,
+                code_dir=replica.code_dir,
+                extra=extra,
+            )
+        )
 
     def other(self, replica: Replica) -> Replica:
         return next(r for r in self.replicas if r is not replica)
@@ -370,9 +289,9 @@ class Cluster:
         while time.monotonic() < deadline:
             for replica in self.replicas:
                 if not replica.alive():
-                    code = replica.proc.returncode if replica.proc is not None else None
                     raise BenchError(
-                        f"replica {replica.address} exited with {code}\n{replica.log_tail()}"
+                        f"replica {replica.address} exited with {replica.returncode}\n"
+                        f"{replica.log_tail()}"
                     )
             if (
                 all(r.listening() for r in self.replicas)
@@ -388,24 +307,10 @@ class Cluster:
         raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
 
     def tails(self) -> str:
-        return "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in self.replicas)
+        return tails(self.replicas)
 
     def shutdown(self) -> None:
-        """SIGTERM every replica still running, SIGKILL whatever is left after a grace."""
-        for replica in self.replicas:
-            replica.close()
-            if replica.alive() and replica.proc is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    replica.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15.0
-        for replica in self.replicas:
-            if replica.proc is None:
-                continue
-            try:
-                replica.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                replica.proc.kill()
-                replica.proc.wait()
+        stop_all(self.replicas, grace=15.0)
 
 
 # -- failover ---------------------------------------------------------------------------
@@ -514,13 +419,10 @@ def failover_trial(cluster: Cluster, index: int, poll_s: float) -> Trial:
                 f"SIGTERM to {old.address}\n{cluster.tails()}"
             )
         time.sleep(poll_s)
-    assert old.proc is not None
-    try:
-        exit_code: int | None = old.proc.wait(EXIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    exit_code = old.wait_exit(EXIT_TIMEOUT_S)
+    if exit_code is None:
         cluster.notes.append(f"{old.address} still running {EXIT_TIMEOUT_S:.0f} s after SIGTERM")
-        old.proc.kill()
-        exit_code = old.proc.wait()
+        exit_code = old.returncode
     if exit_code != 0:
         cluster.notes.append(f"{old.address} exited with {exit_code} after SIGTERM (expected 0)")
     time.sleep(0.2)  # let the new leader's log catch up with its first scheduler pass
@@ -676,14 +578,6 @@ def cpu_share(pids: tuple[int, int], seconds: float) -> tuple[float | None, floa
 
 def _pct(fraction: float | None) -> str:
     return _cell(None if fraction is None else 100 * fraction, ".1f")
-
-
-def zookeeper_version(port: int) -> str:
-    """The server's version from the ``srvr`` four-letter word, e.g. ``3.9.3``."""
-    for line in (srvr(port, timeout=5.0) or "").splitlines():
-        if line.startswith("Zookeeper version:"):
-            return line.partition(":")[2].split("-")[0].split(",")[0].strip()
-    return "unknown"
 
 
 def _r(value: float | None, digits: int = 2) -> float | None:
@@ -882,10 +776,6 @@ def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]
     )
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # run the finally blocks: stop replicas and ZooKeeper
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -913,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
         help="copy the replicas' logs into DIR before the temp dir is removed",
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     result = run(quick=args.quick, poll_s=args.poll_ms / 1000, keep_logs=args.keep_logs)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
