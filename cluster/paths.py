@@ -25,6 +25,10 @@ class Paths:
     def leader_lock(self) -> str:
         return f"{self.root}/leader-lock"
 
+    def lock_node(self, name: str) -> str:
+        """One node of the lock queue, by its name as listed."""
+        return f"{self.leader_lock}/{name}"
+
     @property
     def leader_epoch(self) -> str:
         return f"{self.root}/leader-epoch"

@@ -167,7 +167,7 @@ class SilenceWatch:
         name = mine.rsplit("/", 1)[-1]
         if name not in queue or queue.index(name) == 0:
             return None
-        return f"{self._paths.leader_lock}/{queue[queue.index(name) - 1]}"
+        return self._paths.lock_node(queue[queue.index(name) - 1])
 
     def _preempt(self, decision: Decision) -> bool:
         """Verify the silence at ZooKeeper's leader, then delete; True when deleted."""
