@@ -45,26 +45,44 @@ goes to stderr; the last line of stdout is one JSON object with the figures.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
-import os
 import random
-import shutil
 import string
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import accumulate
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from _common import REPO, cpu_seconds, load_1min, machine_facts, percentile, print_table
+from _common import REPO, load_1min, machine_facts
+from _spark_baseline import (
+    API,
+    FILES,
+    MASTER,
+    PARALLELISM,
+    PLAIN,
+    Comparison,
+    RunResult,
+    await_api,
+    await_plain,
+    figures,
+    figures_json,
+    log_to,
+    measure,
+    print_runs,
+    print_summary,
+    process_cpu,
+    standard_columns,
+    start_spark,
+    write_files,
+    zipf_cum_weights,
+)
+from _spark_baseline import main as baseline_main
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -78,16 +96,11 @@ from pipeline.api import (
     Window,
 )
 from pipeline.runner import run as run_topology
-from pipeline.session import make_spark
 
 FULL_ROWS = 2_000_000
 QUICK_ROWS = 200_000
 FULL_ROUNDS = 5
 QUICK_ROUNDS = 5
-FILES = 8
-PARALLELISM = 2  # parse and window tasks, as in examples/rolling-top-words; shuffle partitions
-MASTER = "local[2]"
-TARGET_RATIO = 0.9
 
 # The example's window: 30 s long, every 10 s, 5 s lateness, top 3 per window.
 SIZE, SLIDE, LATENESS = "30 seconds", "10 seconds", "5 seconds"
@@ -101,11 +114,7 @@ JITTER_S = 3  # one event in ten is stamped 1..JITTER_S seconds before its secon
 START = datetime(2026, 1, 1, tzinfo=UTC)
 ORACLE = REPO / "examples" / "rolling-top-words" / "oracle.py"
 
-RUN_TIMEOUT_S = 900.0
-
-API = "api"
-PLAIN = "plain"
-JOBS = (API, PLAIN)
+RUN_COLUMNS = list(standard_columns("rows").values())  # every column, in its order
 DESCRIPTIONS = {
     API: "pipeline.api topology, runner.run",
     PLAIN: "hand-written window/collect_list",
@@ -115,8 +124,7 @@ DESCRIPTIONS = {
 Rankings = dict[int, list[tuple[str, int]]]
 
 
-def log(message: str) -> None:
-    print(f"[windows] {message}", file=sys.stderr, flush=True)
+log = log_to("windows")
 
 
 # -------------------------------------------------------------------------------- corpus
@@ -140,7 +148,7 @@ def event_lines(rows: int, seed: int = SEED) -> list[str]:
     rng = random.Random(seed)
     vocab = vocabulary(rng, VOCABULARY)
     rng.shuffle(vocab)  # Zipf ranks independent of word length
-    cum_weights = list(accumulate(1.0 / (rank**ZIPF_EXPONENT) for rank in range(1, len(vocab) + 1)))
+    cum_weights = zipf_cum_weights(len(vocab), ZIPF_EXPONENT)
     words = rng.choices(vocab, cum_weights=cum_weights, k=rows)
     stamps: list[str] = []
     second = 0
@@ -162,25 +170,18 @@ def event_lines(rows: int, seed: int = SEED) -> list[str]:
 def write_corpus(folder: Path, rows: int, files: int, seed: int = SEED) -> int:
     """Write ``rows`` event lines over ``files`` files (``part-NN.txt``); returns bytes.
 
-    Deterministic for a given seed; file ``n`` holds the ``n``-th stretch of time. Each
-    file is written beside the folder and renamed into it, as the file spout expects.
+    Deterministic for a given seed; file ``n`` holds the ``n``-th stretch of time.
     """
     lines = event_lines(rows, seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder.parent / f".{folder.name}.staging"
-    staging.mkdir(exist_ok=True)
-    total_bytes = 0
-    at = 0
-    for index in range(files):
-        count = rows // files + (1 if index < rows % files else 0)
-        data = ("\n".join(lines[at : at + count]) + "\n").encode("ascii")
-        at += count
-        name = f"part-{index:02d}.txt"
-        (staging / name).write_bytes(data)
-        os.replace(staging / name, folder / name)
-        total_bytes += len(data)
-    staging.rmdir()
-    return total_bytes
+
+    def texts() -> Iterator[str]:
+        at = 0
+        for index in range(files):
+            count = rows // files + (1 if index < rows % files else 0)
+            yield "\n".join(lines[at : at + count]) + "\n"
+            at += count
+
+    return write_files(folder, texts())
 
 
 def load_oracle() -> ModuleType:
@@ -237,34 +238,6 @@ class Collector:
         self.rows += len(rows)
 
 
-@dataclass(frozen=True)
-class RunResult:
-    job: str
-    round: int  # 0 is the warm-up
-    seconds: float
-    rows: int
-    batches: int
-    output_rows: int
-    windows: int
-    input_rows: int
-    cpu_s: float
-    """CPU seconds of Spark's JVM and of this process during the run (less noisy than
-    the wall clock on a shared machine)."""
-    trigger_ms: int
-    """Summed ``triggerExecution`` of the query's progress reports: time inside batches."""
-    exact: bool
-
-    @property
-    def rows_per_s(self) -> float:
-        return self.rows / self.seconds
-
-
-def _progress_totals(progress: list[dict[str, Any]]) -> tuple[int, int]:
-    rows = sum(int(p.get("numInputRows", 0)) for p in progress)
-    trigger = sum(int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in progress)
-    return rows, trigger
-
-
 def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
     """The rolling top words through the project's API; returns the progress reports."""
     builder = TopologyBuilder()
@@ -279,10 +252,7 @@ def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector
     builder.set_bolt("top", TopN(TOP, by="count")).global_grouping("counts")
     builder.set_bolt("out", CallbackSink(sink)).global_grouping("top")
     running = run_topology(builder.build(), spark, checkpoint, name="bench-windows")
-    with running:
-        if not running.await_termination(RUN_TIMEOUT_S):
-            raise RuntimeError(f"api top words still running after {RUN_TIMEOUT_S:.0f} s")
-    return [p for q in running.queries.values() for p in q.recentProgress]
+    return await_api(running, "top words")
 
 
 def plain_frame(spark: SparkSession, corpus: Path) -> DataFrame:
@@ -314,105 +284,28 @@ def run_plain(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collect
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        if not query.awaitTermination(int(RUN_TIMEOUT_S)):
-            raise RuntimeError(f"plain top words still running after {RUN_TIMEOUT_S:.0f} s")
-    finally:
-        if query.isActive:
-            query.stop()
-    failure = query.exception()
-    if failure is not None:
-        raise RuntimeError(f"plain top words failed: {failure}")
-    return list(query.recentProgress)
+    return await_plain(query, "top words")
 
 
-Job = Callable[[SparkSession, Path, Path, Collector], list[Any]]
-RUNNERS: dict[str, Job] = {API: run_api, PLAIN: run_plain}
-
-
-def timed_run(
-    job: str,
-    round_no: int,
-    spark: SparkSession,
-    corpus: Path,
-    work: Path,
-    expected: Rankings,
-    rows: int,
-    cpu: Callable[[], float],
-) -> RunResult:
-    checkpoint = work / f"checkpoint-{job}-{round_no}"
-    sink = Collector()
-    cpu_began = cpu()
-    began = time.perf_counter()
-    progress = RUNNERS[job](spark, corpus, checkpoint, sink)
-    seconds = time.perf_counter() - began
-    cpu_s = cpu() - cpu_began
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    input_rows, trigger_ms = _progress_totals(progress)
-    got = dict(sink.rankings)
-    exact = got == expected and input_rows == rows and sink.misranked == 0
-    if not exact:
+def comparison(expected: Rankings, rows: int) -> Comparison[Collector]:
+    def exact(job: str, round_no: int, sink: Collector, input_rows: int) -> bool:
+        got = dict(sink.rankings)
+        if got == expected and input_rows == rows and sink.misranked == 0:
+            return True
         wrong = sum(1 for w in expected.keys() | got.keys() if expected.get(w) != got.get(w))
         log(
             f"{job} round {round_no}: {wrong} of {len(expected)} windows differ, "
             f"{sink.misranked} rows misranked, {input_rows} input rows of {rows}"
         )
-    result = RunResult(
-        job=job,
-        round=round_no,
-        seconds=seconds,
-        rows=rows,
-        batches=sink.batches,
-        output_rows=sink.rows,
-        windows=len(got),
-        input_rows=input_rows,
-        cpu_s=cpu_s,
-        trigger_ms=trigger_ms,
+        return False
+
+    return Comparison(
+        name="windows",
+        unit="rows",
+        jobs={API: run_api, PLAIN: run_plain},
+        new_sink=Collector,
         exact=exact,
     )
-    label = "warm-up" if round_no == 0 else f"round {round_no}"
-    log(
-        f"{label} {job}: {seconds:.2f} s, {result.rows_per_s:,.0f} rows/s, "
-        f"{cpu_s:.2f} CPU s, exact={exact}"
-    )
-    return result
-
-
-def measure(
-    spark: SparkSession,
-    corpus: Path,
-    work: Path,
-    expected: Rankings,
-    rows: int,
-    rounds: int,
-    cpu: Callable[[], float],
-) -> list[RunResult]:
-    """Warm up each job once, then ``rounds`` interleaved rounds alternating the order."""
-    results: list[RunResult] = []
-    for job in JOBS:
-        results.append(timed_run(job, 0, spark, corpus, work, expected, rows, cpu))
-    for round_no in range(1, rounds + 1):
-        order = JOBS if round_no % 2 else tuple(reversed(JOBS))
-        for job in order:
-            results.append(timed_run(job, round_no, spark, corpus, work, expected, rows, cpu))
-    return results
-
-
-def process_cpu(spark: SparkSession) -> Callable[[], float]:
-    """CPU seconds used so far by Spark's JVM (``local[2]``: driver and executors) and by
-    this Python process (the sinks' collect and bookkeeping)."""
-    jvm = spark.sparkContext._jvm
-    if jvm is None:
-        raise RuntimeError("the SparkSession has no JVM gateway")
-    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-
-    def used() -> float:
-        jvm_s = cpu_seconds(jvm_pid)
-        if jvm_s is None:
-            raise RuntimeError(f"cannot read the CPU time of Spark's JVM (pid {jvm_pid})")
-        return jvm_s + time.process_time()
-
-    return used
 
 
 # -------------------------------------------------------------------------------- report
@@ -443,84 +336,20 @@ def report(
         f"fresh checkpoint per run; 1 warm-up + {rounds} interleaved rounds per job"
     )
     print()
-    run_rows: list[list[object]] = []
-    for r in results:
-        run_rows.append(
-            [
-                "warm-up" if r.round == 0 else str(r.round),
-                r.job,
-                r.seconds,
-                f"{r.rows_per_s:,.0f}",
-                f"{r.cpu_s:.1f}",
-                r.batches,
-                r.output_rows,
-                f"{r.trigger_ms / 1000:.3f}",
-                f"{r.seconds - r.trigger_ms / 1000:.3f}",
-                "yes" if r.exact else "NO",
-            ]
-        )
-    print_table(
-        [
-            "round",
-            "job",
-            "wall s",
-            "rows/s",
-            "CPU s",
-            "batches",
-            "out rows",
-            "in batches s",
-            "outside s",
-            "exact",
-        ],
-        run_rows,
-        align="llrrrrrrrl",
-    )
+    print_runs(results, RUN_COLUMNS)
     print()
-    timed = {job: [r for r in results if r.job == job and r.round > 0] for job in JOBS}
-    p50_s = {job: percentile([r.seconds for r in timed[job]], 50) for job in JOBS}
-    rate = {job: percentile([r.rows_per_s for r in timed[job]], 50) for job in JOBS}
-    ratio = rate[API] / rate[PLAIN]
-    best = {job: max(r.rows_per_s for r in timed[job]) for job in JOBS}
-    cpu_p50 = {job: percentile([r.cpu_s for r in timed[job]], 50) for job in JOBS}
-    cpu_ratio = cpu_p50[PLAIN] / cpu_p50[API]
-    paired = [
-        a.rows_per_s / p.rows_per_s
-        for a, p in zip(timed[API], timed[PLAIN], strict=True)
-        if a.round == p.round
-    ]
-    summary_rows: list[list[object]] = []
-    for job in JOBS:
-        secs = [r.seconds for r in timed[job]]
-        summary_rows.append(
-            [
-                job,
-                DESCRIPTIONS[job],
-                p50_s[job],
-                min(secs),
-                max(secs),
-                f"{rate[job]:,.0f}",
-                f"{rate[job] / rate[PLAIN]:.3f}x",
-                f"{cpu_p50[job]:.1f}",
-            ]
-        )
-    print_table(
-        ["job", "what", "p50 s", "min s", "max s", "p50 rows/s", "over plain", "p50 CPU s"],
-        summary_rows,
-        align="llrrrrrr",
-    )
-    counts_exact = all(r.exact for r in results)
+    f = figures(results)
+    if f.cpu_p50 is None:
+        raise RuntimeError("windows runs are measured for CPU time")
+    cpu_ratio = f.cpu_p50[PLAIN] / f.cpu_p50[API]
     load_after = load_1min()
-    print()
-    print(
-        f"api / plain (p50 rows/s): {ratio:.3f}x (target >= {TARGET_RATIO}); best run "
-        f"{best[API] / best[PLAIN]:.3f}x; per round {', '.join(f'{x:.3f}' for x in paired)}"
-    )
+    print_summary(f, DESCRIPTIONS, "rows")
     print(
         f"by CPU seconds (p50 plain CPU s / p50 api CPU s, rows per CPU second): {cpu_ratio:.3f}x"
     )
     print(
         f"rankings exact in every run (both jobs = the example's Python oracle, closed windows, "
-        f"input rows = corpus rows): {'yes' if counts_exact else 'NO'}"
+        f"input rows = corpus rows): {'yes' if f.exact else 'NO'}"
     )
     print(facts.line())
     print(
@@ -535,26 +364,13 @@ def report(
         "windows": windows,
         "vocabulary": VOCABULARY,
         "corpus_bytes": corpus_bytes,
-        "files": FILES,
         "rounds": rounds,
-        "master": MASTER,
-        "parallelism": PARALLELISM,
         "window": {"size": SIZE, "slide": SLIDE, "watermark": LATENESS, "top": TOP},
         "spark_version": spark_version,
-        "api_rows_per_s": round(rate[API]),
-        "plain_rows_per_s": round(rate[PLAIN]),
-        "api_p50_s": round(p50_s[API], 4),
-        "plain_p50_s": round(p50_s[PLAIN], 4),
-        "api_seconds": [round(r.seconds, 4) for r in timed[API]],
-        "plain_seconds": [round(r.seconds, 4) for r in timed[PLAIN]],
-        "api_over_plain": round(ratio, 4),
-        "api_over_plain_per_round": [round(x, 4) for x in paired],
-        "api_over_plain_best": round(best[API] / best[PLAIN], 4),
+        **figures_json(f),
         "api_over_plain_cpu": round(cpu_ratio, 4),
-        "api_cpu_s": [round(r.cpu_s, 3) for r in timed[API]],
-        "plain_cpu_s": [round(r.cpu_s, 3) for r in timed[PLAIN]],
-        "target_ratio": TARGET_RATIO,
-        "counts_exact": counts_exact,
+        "api_cpu_s": [round(r.cpu_s or 0.0, 3) for r in f.timed[API]],
+        "plain_cpu_s": [round(r.cpu_s or 0.0, 3) for r in f.timed[PLAIN]],
         "session_start_s": round(session_start_s, 2),
         "wall_s": round(elapsed_s, 2),
         "load_1min": [round(load_before, 2), round(load_after, 2)],
@@ -581,17 +397,11 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
             f"corpus: {corpus_bytes / 2**20:.1f} MiB, {len(expected):,} closed windows "
             f"({corpus_s:.1f} s); starting Spark"
         )
-        t0 = time.monotonic()
-        spark = make_spark(
-            MASTER,
-            "bench-windows",
-            shuffle_partitions=PARALLELISM,
-            conf={"spark.local.dir": str(work / "spark-local")},
-        )
-        session_start_s = time.monotonic() - t0
+        spark, session_start_s = start_spark("windows", work)
         try:
             spark_version = spark.version
-            results = measure(spark, corpus, work, expected, rows, rounds, process_cpu(spark))
+            bench = comparison(expected, rows)
+            results = measure(bench, spark, corpus, work, rows, rounds, process_cpu(spark))
         finally:
             spark.stop()
     return report(
@@ -610,20 +420,11 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_ROWS:,} rows and {QUICK_ROUNDS} rounds instead of {FULL_ROWS:,} "
-        f"and {FULL_ROUNDS} (a few minutes at most)",
+    quick_help = (
+        f"{QUICK_ROWS:,} rows and {QUICK_ROUNDS} rounds instead of {FULL_ROWS:,} "
+        f"and {FULL_ROUNDS} (a few minutes at most)"
     )
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per job")
-    args = parser.parse_args(argv)
-    if args.rounds is not None and args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    result = run(quick=args.quick, rounds=args.rounds)
-    print(json.dumps(result, sort_keys=True), flush=True)
-    return 0
+    return baseline_main(argv, __doc__, quick_help, run)
 
 
 if __name__ == "__main__":

@@ -36,24 +36,41 @@ goes to stderr; the last line of stdout is one JSON object with the figures.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import re
-import shutil
 import string
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from _common import load_1min, machine_facts, percentile, print_table
+from _common import load_1min, machine_facts
+from _spark_baseline import (
+    API,
+    FILES,
+    MASTER,
+    PARALLELISM,
+    PLAIN,
+    Comparison,
+    RunResult,
+    await_api,
+    await_plain,
+    figures,
+    figures_json,
+    log_to,
+    measure,
+    print_runs,
+    print_summary,
+    standard_columns,
+    start_spark,
+    write_files,
+    zipf_cum_weights,
+)
+from _spark_baseline import main as baseline_main
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -66,16 +83,11 @@ from pipeline.api import (
     TopologyBuilder,
 )
 from pipeline.runner import run as run_topology
-from pipeline.session import make_spark
 
 FULL_LINES = 2_000_000
 QUICK_LINES = 200_000
 FULL_ROUNDS = 5
 QUICK_ROUNDS = 5
-FILES = 8
-PARALLELISM = 2  # split and count tasks, as in examples/wordcount; also shuffle partitions
-MASTER = "local[2]"
-TARGET_RATIO = 0.9
 
 SEED = 20261122
 VOCABULARY = 20_000
@@ -85,19 +97,17 @@ WORDS_PER_LINE = (3, 18)
 WORD_SEPARATOR = r"[^a-z0-9']+"
 WORD_RE = re.compile(WORD_SEPARATOR)
 
-RUN_TIMEOUT_S = 900.0
-
-API = "api"
-PLAIN = "plain"
-JOBS = (API, PLAIN)
 DESCRIPTIONS = {
     API: "pipeline.api topology, runner.run",
     PLAIN: "hand-written readStream/groupBy",
 }
+COLUMNS = standard_columns("lines")
+RUN_COLUMNS = [
+    COLUMNS[h]
+    for h in ("round", "job", "wall s", "lines/s", "batches", "in batches s", "outside s", "exact")
+]
 
-
-def log(message: str) -> None:
-    print(f"[wordcount] {message}", file=sys.stderr, flush=True)
+log = log_to("wordcount")
 
 
 # -------------------------------------------------------------------------------- corpus
@@ -140,34 +150,27 @@ def make_line(words: list[str], rng: random.Random) -> str:
 def write_corpus(folder: Path, lines: int, files: int, seed: int = SEED) -> int:
     """Write ``lines`` lines over ``files`` files (``part-NN.txt``); returns total bytes.
 
-    Deterministic for a given seed. Each file is written beside the folder and renamed
-    into it, as the file spout expects.
+    Deterministic for a given seed.
     """
     rng = random.Random(seed)
     vocab = vocabulary(rng, VOCABULARY)
     rng.shuffle(vocab)  # Zipf ranks independent of word length
-    cum_weights = list(accumulate(1.0 / (rank**ZIPF_EXPONENT) for rank in range(1, len(vocab) + 1)))
+    cum_weights = zipf_cum_weights(len(vocab), ZIPF_EXPONENT)
     lengths_range = range(WORDS_PER_LINE[0], WORDS_PER_LINE[1] + 1)
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder.parent / f".{folder.name}.staging"
-    staging.mkdir(exist_ok=True)
-    total_bytes = 0
-    for index in range(files):
-        count = lines // files + (1 if index < lines % files else 0)
-        lengths = rng.choices(lengths_range, k=count)
-        picked = rng.choices(vocab, cum_weights=cum_weights, k=sum(lengths))
-        out: list[str] = []
-        at = 0
-        for n in lengths:
-            out.append(make_line(picked[at : at + n], rng))
-            at += n
-        data = ("\n".join(out) + "\n").encode("ascii")
-        name = f"part-{index:02d}.txt"
-        (staging / name).write_bytes(data)
-        os.replace(staging / name, folder / name)
-        total_bytes += len(data)
-    staging.rmdir()
-    return total_bytes
+
+    def texts() -> Iterator[str]:
+        for index in range(files):
+            count = lines // files + (1 if index < lines % files else 0)
+            lengths = rng.choices(lengths_range, k=count)
+            picked = rng.choices(vocab, cum_weights=cum_weights, k=sum(lengths))
+            out: list[str] = []
+            at = 0
+            for n in lengths:
+                out.append(make_line(picked[at : at + n], rng))
+                at += n
+            yield "\n".join(out) + "\n"
+
+    return write_files(folder, texts())
 
 
 def python_counts(folder: Path) -> tuple[Counter[str], int]:
@@ -201,30 +204,6 @@ class Collector:
         self.rows += len(rows)
 
 
-@dataclass(frozen=True)
-class RunResult:
-    job: str
-    round: int  # 0 is the warm-up
-    seconds: float
-    lines: int
-    batches: int
-    output_rows: int
-    input_rows: int
-    trigger_ms: int
-    """Summed ``triggerExecution`` of the query's progress reports: time inside batches."""
-    exact: bool
-
-    @property
-    def lines_per_s(self) -> float:
-        return self.lines / self.seconds
-
-
-def _progress_totals(progress: list[dict[str, Any]]) -> tuple[int, int]:
-    rows = sum(int(p.get("numInputRows", 0)) for p in progress)
-    trigger = sum(int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in progress)
-    return rows, trigger
-
-
 def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
     """The word count through the project's API; returns the query's progress reports."""
     builder = TopologyBuilder()
@@ -234,10 +213,7 @@ def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector
     builder.set_bolt("count", RunningCount("word"), PARALLELISM).fields_grouping("split", "word")
     builder.set_bolt("out", CallbackSink(sink)).global_grouping("count")
     running = run_topology(builder.build(), spark, checkpoint, name="bench-wordcount")
-    with running:
-        if not running.await_termination(RUN_TIMEOUT_S):
-            raise RuntimeError(f"api word count still running after {RUN_TIMEOUT_S:.0f} s")
-    return [p for q in running.queries.values() for p in q.recentProgress]
+    return await_api(running, "word count")
 
 
 def run_plain(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
@@ -258,77 +234,26 @@ def run_plain(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collect
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        if not query.awaitTermination(int(RUN_TIMEOUT_S)):
-            raise RuntimeError(f"plain word count still running after {RUN_TIMEOUT_S:.0f} s")
-    finally:
-        if query.isActive:
-            query.stop()
-    failure = query.exception()
-    if failure is not None:
-        raise RuntimeError(f"plain word count failed: {failure}")
-    return list(query.recentProgress)
+    return await_plain(query, "word count")
 
 
-Job = Callable[[SparkSession, Path, Path, Collector], list[Any]]
-RUNNERS: dict[str, Job] = {API: run_api, PLAIN: run_plain}
-
-
-def timed_run(
-    job: str,
-    round_no: int,
-    spark: SparkSession,
-    corpus: Path,
-    work: Path,
-    expected: Counter[str],
-    lines: int,
-) -> RunResult:
-    checkpoint = work / f"checkpoint-{job}-{round_no}"
-    sink = Collector()
-    began = time.perf_counter()
-    progress = RUNNERS[job](spark, corpus, checkpoint, sink)
-    seconds = time.perf_counter() - began
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    input_rows, trigger_ms = _progress_totals(progress)
-    exact = sink.counts == expected and input_rows == lines
-    if not exact:
+def comparison(expected: Counter[str], lines: int) -> Comparison[Collector]:
+    def exact(job: str, round_no: int, sink: Collector, input_rows: int) -> bool:
+        if sink.counts == expected and input_rows == lines:
+            return True
         wrong = sum(
             1 for w in expected.keys() | sink.counts.keys() if expected[w] != sink.counts.get(w)
         )
         log(f"{job} round {round_no}: {wrong} words differ, {input_rows} input rows of {lines}")
-    result = RunResult(
-        job=job,
-        round=round_no,
-        seconds=seconds,
-        lines=lines,
-        batches=sink.batches,
-        output_rows=sink.rows,
-        input_rows=input_rows,
-        trigger_ms=trigger_ms,
+        return False
+
+    return Comparison(
+        name="wordcount",
+        unit="lines",
+        jobs={API: run_api, PLAIN: run_plain},
+        new_sink=Collector,
         exact=exact,
     )
-    label = "warm-up" if round_no == 0 else f"round {round_no}"
-    log(f"{label} {job}: {seconds:.2f} s, {result.lines_per_s:,.0f} lines/s, exact={exact}")
-    return result
-
-
-def measure(
-    spark: SparkSession,
-    corpus: Path,
-    work: Path,
-    expected: Counter[str],
-    lines: int,
-    rounds: int,
-) -> list[RunResult]:
-    """Warm up each job once, then ``rounds`` interleaved rounds alternating the order."""
-    results: list[RunResult] = []
-    for job in JOBS:
-        results.append(timed_run(job, 0, spark, corpus, work, expected, lines))
-    for round_no in range(1, rounds + 1):
-        order = JOBS if round_no % 2 else tuple(reversed(JOBS))
-        for job in order:
-            results.append(timed_run(job, round_no, spark, corpus, work, expected, lines))
-    return results
 
 
 # -------------------------------------------------------------------------------- report
@@ -357,64 +282,13 @@ def report(
         f"fresh checkpoint per run; 1 warm-up + {rounds} interleaved rounds per job"
     )
     print()
-    run_rows: list[list[object]] = []
-    for r in results:
-        run_rows.append(
-            [
-                "warm-up" if r.round == 0 else str(r.round),
-                r.job,
-                r.seconds,
-                f"{r.lines_per_s:,.0f}",
-                r.batches,
-                f"{r.trigger_ms / 1000:.3f}",
-                f"{r.seconds - r.trigger_ms / 1000:.3f}",
-                "yes" if r.exact else "NO",
-            ]
-        )
-    print_table(
-        ["round", "job", "wall s", "lines/s", "batches", "in batches s", "outside s", "exact"],
-        run_rows,
-        align="llrrrrrl",
-    )
+    print_runs(results, RUN_COLUMNS)
     print()
-    timed = {job: [r for r in results if r.job == job and r.round > 0] for job in JOBS}
-    p50_s = {job: percentile([r.seconds for r in timed[job]], 50) for job in JOBS}
-    rate = {job: percentile([r.lines_per_s for r in timed[job]], 50) for job in JOBS}
-    ratio = rate[API] / rate[PLAIN]
-    best = {job: max(r.lines_per_s for r in timed[job]) for job in JOBS}
-    paired = [
-        a.lines_per_s / p.lines_per_s
-        for a, p in zip(timed[API], timed[PLAIN], strict=True)
-        if a.round == p.round
-    ]
-    summary_rows: list[list[object]] = []
-    for job in JOBS:
-        secs = [r.seconds for r in timed[job]]
-        summary_rows.append(
-            [
-                job,
-                DESCRIPTIONS[job],
-                p50_s[job],
-                min(secs),
-                max(secs),
-                f"{rate[job]:,.0f}",
-                f"{rate[job] / rate[PLAIN]:.3f}x",
-            ]
-        )
-    print_table(
-        ["job", "what", "p50 s", "min s", "max s", "p50 lines/s", "over plain"],
-        summary_rows,
-        align="llrrrrr",
-    )
-    counts_exact = all(r.exact for r in results)
-    print()
-    print(
-        f"api / plain (p50 lines/s): {ratio:.3f}x (target >= {TARGET_RATIO}); best run "
-        f"{best[API] / best[PLAIN]:.3f}x; per round {', '.join(f'{x:.3f}' for x in paired)}"
-    )
+    f = figures(results)
+    print_summary(f, DESCRIPTIONS, "lines")
     print(
         f"counts exact in every run (both jobs = Python Counter, input rows = lines): "
-        f"{'yes' if counts_exact else 'NO'}"
+        f"{'yes' if f.exact else 'NO'}"
     )
     print(facts.line())
     print(
@@ -428,22 +302,9 @@ def report(
         "words": words,
         "distinct_words": distinct,
         "corpus_bytes": corpus_bytes,
-        "files": FILES,
         "rounds": rounds,
-        "master": MASTER,
-        "parallelism": PARALLELISM,
         "spark_version": spark_version,
-        "api_rows_per_s": round(rate[API]),
-        "plain_rows_per_s": round(rate[PLAIN]),
-        "api_p50_s": round(p50_s[API], 4),
-        "plain_p50_s": round(p50_s[PLAIN], 4),
-        "api_seconds": [round(r.seconds, 4) for r in timed[API]],
-        "plain_seconds": [round(r.seconds, 4) for r in timed[PLAIN]],
-        "api_over_plain": round(ratio, 4),
-        "api_over_plain_per_round": [round(x, 4) for x in paired],
-        "api_over_plain_best": round(best[API] / best[PLAIN], 4),
-        "target_ratio": TARGET_RATIO,
-        "counts_exact": counts_exact,
+        **figures_json(f),
         "session_start_s": round(session_start_s, 2),
         "wall_s": round(elapsed_s, 2),
         "machine": facts.as_dict(),
@@ -468,17 +329,10 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
             f"corpus: {corpus_bytes / 2**20:.1f} MiB, {sum(expected.values()):,} words, "
             f"{len(expected):,} distinct ({corpus_s:.1f} s); starting Spark"
         )
-        t0 = time.monotonic()
-        spark = make_spark(
-            MASTER,
-            "bench-wordcount",
-            shuffle_partitions=PARALLELISM,
-            conf={"spark.local.dir": str(work / "spark-local")},
-        )
-        session_start_s = time.monotonic() - t0
+        spark, session_start_s = start_spark("wordcount", work)
         try:
             spark_version = spark.version
-            results = measure(spark, corpus, work, expected, lines, rounds)
+            results = measure(comparison(expected, lines), spark, corpus, work, lines, rounds)
         finally:
             spark.stop()
     return report(
@@ -497,20 +351,11 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_LINES:,} lines and {QUICK_ROUNDS} rounds instead of {FULL_LINES:,} "
-        f"and {FULL_ROUNDS} (a few minutes at most)",
+    quick_help = (
+        f"{QUICK_LINES:,} lines and {QUICK_ROUNDS} rounds instead of {FULL_LINES:,} "
+        f"and {FULL_ROUNDS} (a few minutes at most)"
     )
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per job")
-    args = parser.parse_args(argv)
-    if args.rounds is not None and args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    result = run(quick=args.quick, rounds=args.rounds)
-    print(json.dumps(result, sort_keys=True), flush=True)
-    return 0
+    return baseline_main(argv, __doc__, quick_help, run)
 
 
 if __name__ == "__main__":
