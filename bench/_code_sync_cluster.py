@@ -1,0 +1,231 @@
+"""bench/code_sync.py's cluster: the package, two replicas that sync it, and a submit timed until
+the second replica holds what the leader accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import _replicas
+from _common import BenchError, free_port
+from _replicas import serve_command, stop_all, tails
+
+from cluster.api import pb
+from code_sync.package import make_package
+from pipeline.samples import MINIMAL_TOPOLOGY
+
+MIB = 1 << 20
+REPLICAS = 2
+SESSION_TIMEOUT_S = 4.0
+SYNC_INTERVAL_S = 0.2
+MAX_PACKAGE_MIB = 200
+SUBMIT_TIMEOUT_S = 600.0
+SUBMIT_CHUNK = 1 << 20  # what `nimbus submit` sends per message
+E2E_POLL_S = 0.01
+E2E_TIMEOUT_S = 300.0
+READY_TIMEOUT_S = 60.0
+READY_POLL_S = 0.05
+RPC_TIMEOUT_S = 1.0
+TOPOLOGY_SOURCE = MINIMAL_TOPOLOGY  # the leader validates build() at submit
+BLOB_ENTRY = "data/blob.bin"
+
+
+# -- the package ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Package:
+    path: Path
+    digest: str
+    size: int
+
+    @property
+    def mib(self) -> float:
+        return self.size / MIB
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def build_package(dest: Path, blob_mib: int) -> Package:
+    """``make_package`` with ``topology.py`` and ``blob_mib`` MiB of random bytes."""
+    blob = os.urandom(blob_mib * MIB)
+    make_package({"topology.py": TOPOLOGY_SOURCE, BLOB_ENTRY: blob}, dest)
+    return Package(dest, sha256_file(dest), dest.stat().st_size)
+
+
+def entry_compression(path: Path) -> str:
+    """How the blob entry is stored in the zip: ``stored`` or ``deflated``."""
+    with zipfile.ZipFile(path) as archive:
+        method = archive.getinfo(BLOB_ENTRY).compress_type
+    return {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}.get(method, str(method))
+
+
+# -- replicas as processes --------------------------------------------------------------
+
+
+@dataclass
+class Replica(_replicas.Replica):
+    code_dir: Path
+
+    def holds(self, digest: str) -> bool:
+        return (self.code_dir / digest).is_file()
+
+
+@dataclass
+class Cluster:
+    zookeeper: str
+    root: str
+    workdir: Path
+    replicas: list[Replica] = field(default_factory=list)
+
+    def start_replica(self) -> Replica:
+        port = free_port()
+        code_dir = self.workdir / f"code-{port}"
+        log_path = self.workdir / f"replica-{port}.log"
+        replica = Replica(port, log_path, rpc_timeout=RPC_TIMEOUT_S, code_dir=code_dir)
+        extra = (
+            "--replicas", str(REPLICAS), "--min-replicas", "1",
+            "--sync-interval", f"{SYNC_INTERVAL_S:g}",
+            "--max-package-mib", str(MAX_PACKAGE_MIB),
+        )  # fmt: skip
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=SESSION_TIMEOUT_S,
+                code_dir=code_dir,
+                extra=extra,
+            )
+        )
+        self.replicas.append(replica)
+        return replica
+
+    def by_address(self, address: str) -> Replica:
+        for replica in self.replicas:
+            if replica.address == address:
+                return replica
+        raise BenchError(f"{address} is not one of the bench's replicas")
+
+    def wait_ready(self) -> Replica:
+        """Until every replica lists all of them and all name one leader; returns it."""
+        expected = frozenset(r.address for r in self.replicas)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for replica in self.replicas:
+                if not replica.alive():
+                    raise BenchError(
+                        f"replica {replica.address} exited with {replica.returncode}\n"
+                        f"{replica.log_tail()}"
+                    )
+            if all(r.listening() for r in self.replicas) and all(
+                r.registered() == expected for r in self.replicas
+            ):
+                named = {r.leader() for r in self.replicas}
+                if len(named) == 1:
+                    (leader,) = named
+                    if leader is not None and leader[0] in expected:
+                        return self.by_address(leader[0])
+            time.sleep(READY_POLL_S)
+        raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
+
+    def tails(self) -> str:
+        return tails(self.replicas)
+
+    def shutdown(self) -> None:
+        stop_all(self.replicas, grace=10.0)
+
+
+# -- submit (NimbusClient) --------------------------------------------------------------
+
+
+class _Submitter(Protocol):
+    def submit(
+        self,
+        header: pb.SubmitHeader,
+        chunks: Callable[[], Iterator[bytes]],
+        *,
+        timeout: float = ...,
+    ) -> pb.SubmitTopologyResponse: ...
+
+    def close(self) -> None: ...
+
+
+def nimbus_client(seeds: list[str]) -> _Submitter:
+    """``nimbus.client.NimbusClient``, imported by name.
+
+    A plain import would make ``mypy bench/code_sync.py`` (whose search path starts at
+    bench/) resolve ``leader`` and, through it, ``fencing`` to the benchmark scripts of
+    those names; at run time the repo root comes first and the real packages load.
+    """
+    module = importlib.import_module("nimbus.client")
+    client: _Submitter = module.NimbusClient(
+        seeds, attempts=5, deadline=SUBMIT_TIMEOUT_S, call_timeout=5.0
+    )
+    return client
+
+
+@dataclass(frozen=True)
+class Submitted:
+    submit_s: float  # NimbusClient.submit call: upload, leader's store.write, publish
+    e2e_s: float  # submit returned -> the second replica holds the package
+    e2e_from_start_s: float  # submit called -> the second replica holds the package
+    held_at_return: bool  # the second replica already held it when submit returned
+    code_replicas: list[str]
+
+
+def submit_and_wait(cluster: Cluster, leader: Replica, package: Package) -> Submitted:
+    """Submit to the leader (``--min-replicas 1``), then time the second replica's copy."""
+    second = next(r for r in cluster.replicas if r is not leader)
+    header = pb.SubmitHeader(
+        name="bench-code-sync",
+        config_json="{}",
+        expected_digest=package.digest,
+        package_size=package.size,
+        num_workers=1,
+    )
+
+    def chunks() -> Iterator[bytes]:
+        with package.path.open("rb") as f:
+            while block := f.read(SUBMIT_CHUNK):
+                yield block
+
+    client = nimbus_client([r.address for r in cluster.replicas])
+    try:
+        began = time.perf_counter()
+        reply = client.submit(header, chunks, timeout=SUBMIT_TIMEOUT_S)
+        returned = time.perf_counter()
+    finally:
+        client.close()
+    if reply.digest != package.digest:
+        raise BenchError(f"submit stored digest {reply.digest}, expected {package.digest}")
+    held_at_return = second.holds(package.digest)
+    deadline = returned + E2E_TIMEOUT_S
+    while not second.holds(package.digest):
+        if time.perf_counter() > deadline:
+            raise BenchError(
+                f"{second.address} did not hold the package {E2E_TIMEOUT_S:.0f} s after the "
+                f"submit returned\n{cluster.tails()}"
+            )
+        time.sleep(E2E_POLL_S)
+    held = time.perf_counter()
+    if not leader.holds(package.digest):
+        raise BenchError(f"the leader {leader.address} does not hold the package it accepted")
+    return Submitted(
+        submit_s=returned - began,
+        e2e_s=held - returned,
+        e2e_from_start_s=held - began,
+        held_at_return=held_at_return,
+        code_replicas=list(reply.code_replicas),
+    )

@@ -1,0 +1,267 @@
+"""bench/scale.py's cluster: N topologies seeded straight into ZooKeeper, replicas that hold
+their package, and the steps a new leader logs on its way into office.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import _replicas
+from _common import BenchError, free_port
+from _replicas import serve_command, stop_all, tails
+from kazoo.client import KazooClient
+
+from cluster.api import records
+from code_sync.package import make_package
+
+REPLICAS = 2
+SESSION_TIMEOUT_S = 4.0
+SYNC_INTERVAL_S = 1.0
+SEED_TXN_OPS = 500  # operations per seeding multi-op (two per topology)
+SEED_TIMEOUT_S = 120.0
+RPC_TIMEOUT_S = 1.0
+READY_TIMEOUT_S = 600.0  # a replica registers as holder of every topology before queueing
+READY_POLL_S = 0.05
+QUEUED = "queued for leadership"
+TOPOLOGY_SOURCE = b'"""Scale benchmark topology: never run."""\n'
+
+
+# "2026-11-22 10:00:00,123 INFO leader.elector: <message>" (nimbus serve's log format)
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
+# Steps of the new leader, as logged by leader.elector and nimbus.daemon.
+STEPS = (
+    ("won the lock", re.compile(r": won the lock \(")),
+    ("took office", re.compile(r": took office, epoch \d+")),
+    ("leading", re.compile(r"^leading with epoch \d+")),
+)
+
+
+def topology_name(i: int) -> str:
+    return f"scale-{i:05d}"
+
+
+def topology_id(name: str) -> str:
+    return f"{name}-1-1"
+
+
+# -- the ZooKeeper layout (cluster.paths, imported by name) ------------------------------
+
+
+class _Paths(Protocol):
+    def storm(self, topology_id: str) -> str: ...
+
+    def name(self, name: str) -> str: ...
+
+    def folders(self) -> list[str]: ...
+
+
+def zk_paths(root: str) -> _Paths:
+    """``cluster.paths.Paths(root)``; see the note on imports at the top."""
+    module = importlib.import_module("cluster.paths")
+    paths: _Paths = module.Paths(root)
+    return paths
+
+
+# -- the package and the seed -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Package:
+    path: Path
+    digest: str
+    size: int
+
+
+def build_package(dest: Path) -> Package:
+    make_package({"topology.py": TOPOLOGY_SOURCE}, dest)
+    data = dest.read_bytes()
+    return Package(dest, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def place_package(package: Package, code_dir: Path) -> None:
+    """``<code-dir>/<digest>``, read-only like the store's own files."""
+    code_dir.mkdir(parents=True, exist_ok=True)
+    target = code_dir / package.digest
+    if target.exists():
+        return
+    shutil.copyfile(package.path, target)
+    os.chmod(target, 0o444)
+
+
+def seed(connect: str, root: str, n: int, package: Package) -> float:
+    """Folders, N StormBase records and N name nodes; returns the seconds it took."""
+    began = time.perf_counter()
+    client = KazooClient(hosts=connect, timeout=10.0)
+    client.start(timeout=30.0)
+    try:
+        paths = zk_paths(root)
+        for folder in paths.folders():
+            client.ensure_path(folder)
+        launched = int(time.time() * 1000)
+        pending: list[Any] = []
+        txn = client.transaction()
+        ops = 0
+        for i in range(n):
+            name = topology_name(i)
+            tid = topology_id(name)
+            base = records.StormBase(
+                name=name,
+                status=records.ACTIVE,
+                digest=package.digest,
+                num_workers=1,
+                epoch=1,
+                launch_time_ms=launched,
+                config_json="{}",
+                package_size=package.size,
+            )
+            txn.create(paths.storm(tid), base.SerializeToString(deterministic=True))
+            txn.create(paths.name(name), tid.encode())
+            ops += 2
+            if ops >= SEED_TXN_OPS:
+                pending.append(txn.commit_async())
+                txn, ops = client.transaction(), 0
+        if ops:
+            pending.append(txn.commit_async())
+        for result in pending:
+            outcome = result.get(timeout=SEED_TIMEOUT_S)
+            failed = [r for r in outcome if isinstance(r, Exception)]
+            if failed:
+                raise BenchError(f"seeding {root} failed: {failed[0]!r}")
+        stored = len(client.get_children(f"{root}/storms"))
+        if stored != n:
+            raise BenchError(f"seeded {n} topologies under {root}, found {stored}")
+    finally:
+        client.stop()
+        client.close()
+    return time.perf_counter() - began
+
+
+# -- replicas as processes --------------------------------------------------------------
+
+
+@dataclass
+class Replica(_replicas.Replica):
+    code_dir: Path
+
+    def queued(self) -> bool:
+        """Whether the current process logged that it queued (its code gate passed)."""
+        return QUEUED in self.log_since(self.log_offset)
+
+
+@dataclass
+class Cluster:
+    zookeeper: str
+    root: str
+    workdir: Path
+    replicas: list[Replica] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add_replica(self, package: Package) -> Replica:
+        port = free_port()
+        replica = Replica(
+            port,
+            self.workdir / f"replica-{port}.log",
+            rpc_timeout=RPC_TIMEOUT_S,
+            code_dir=self.workdir / f"code-{port}",
+        )
+        place_package(package, replica.code_dir)
+        self.replicas.append(replica)
+        return replica
+
+    def launch(self, replica: Replica) -> None:
+        extra = (
+            "--replicas", str(REPLICAS), "--min-replicas", "1",
+            "--sync-interval", f"{SYNC_INTERVAL_S:g}",
+        )  # fmt: skip
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=SESSION_TIMEOUT_S,
+                code_dir=replica.code_dir,
+                extra=extra,
+            )
+        )
+
+    def other(self, replica: Replica) -> Replica:
+        return next(r for r in self.replicas if r is not replica)
+
+    def by_address(self, address: str) -> Replica:
+        for replica in self.replicas:
+            if replica.address == address:
+                return replica
+        raise BenchError(f"{address} is not one of the bench's replicas")
+
+    def wait_ready(self) -> tuple[Replica, int]:
+        """Until both replicas list both, name one leader and have queued; (leader, epoch)."""
+        expected = frozenset(r.address for r in self.replicas)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for replica in self.replicas:
+                if not replica.alive():
+                    raise BenchError(
+                        f"replica {replica.address} exited with {replica.returncode}\n"
+                        f"{replica.log_tail()}"
+                    )
+            if (
+                all(r.listening() for r in self.replicas)
+                and all(r.queued() for r in self.replicas)
+                and all(r.registered() == expected for r in self.replicas)
+            ):
+                named = {r.leader() for r in self.replicas}
+                if len(named) == 1:
+                    (leader,) = named
+                    if leader is not None and leader[0] in expected:
+                        return self.by_address(leader[0]), leader[1]
+            time.sleep(READY_POLL_S)
+        raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
+
+    def tails(self) -> str:
+        return tails(self.replicas)
+
+    def shutdown(self) -> None:
+        stop_all(self.replicas, grace=15.0)
+
+
+def _log_time(stamp: str) -> float:
+    """A log line's asctime (local wall clock, ms) as a Unix time."""
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def steps_from_log(text: str, since_wall: float) -> dict[str, float]:
+    """Seconds from ``since_wall`` to the first line of each of ``STEPS`` in ``text``."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        parsed = _parse_log_line(line)
+        if parsed is None:
+            continue
+        stamp, message = parsed
+        for step, pattern in STEPS:
+            if step not in found and pattern.search(message):
+                found[step] = _log_time(stamp) - since_wall
+    return found
+
+
+def _parse_log_line(line: str) -> tuple[str, str] | None:
+    """(asctime, message) of a text or JSON (``--log-format json``) log line."""
+    if line.startswith("{"):
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(event, dict) and "time" in event and "message" in event:
+            return str(event["time"]), str(event["message"])
+        return None
+    match = _LOG_LINE.match(line)
+    return (match.group(1), match.group(4)) if match else None
