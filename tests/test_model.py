@@ -1,0 +1,135 @@
+"""The SPIN model of election and fencing (model/election.pml), tied to the code.
+
+The model's timing constants must be the code's defaults (leader/settings.py), so a change
+of H, P, L, T_op or rho that the model has not been checked with fails here; and
+``model/check`` must pass on the model and fail, naming the property, on each planted bug.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from leader.settings import (
+    CLOCK_RATE_BOUND,
+    DEFAULT_BEAT_INTERVAL,
+    DEFAULT_LEADER_LEASE,
+    DEFAULT_SILENCE_WINDOW,
+    MAX_UNFENCED_ACTION,
+    margin_holds,
+)
+
+MODEL_DIR = Path(__file__).resolve().parent.parent / "model"
+MODEL = MODEL_DIR / "election.pml"
+CHECK = MODEL_DIR / "check"
+#: One full check compiles three verifiers; generous for a loaded CI machine.
+CHECK_TIMEOUT = 280
+
+needs_spin = pytest.mark.skipif(
+    shutil.which("spin") is None or shutil.which("gcc") is None,
+    reason="spin or gcc missing (deploy/local/spin.sh installs them)",
+)
+
+
+def model_defines() -> dict[str, int]:
+    """The numeric ``#define NAME <integer>`` lines of the model (the unplanted values)."""
+    defines: dict[str, int] = {}
+    for line in MODEL.read_text().splitlines():
+        match = re.fullmatch(r"#define\s+([A-Z_]+)\s+(\d+)\b.*", line.strip())
+        if match and match.group(1) not in defines:
+            defines[match.group(1)] = int(match.group(2))
+    return defines
+
+
+def seconds(value: float) -> Fraction:
+    """A default in seconds, exactly as written (0.2 is 1/5, not the nearest binary)."""
+    return Fraction(repr(value))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_model_timing_is_the_codes() -> None:
+    d = model_defines()
+    assert Fraction(d["H_MS"], 1000) == seconds(DEFAULT_BEAT_INTERVAL)
+    assert Fraction(d["P_MS"], 1000) == seconds(DEFAULT_SILENCE_WINDOW)
+    assert Fraction(d["L_MS"], 1000) == seconds(DEFAULT_LEADER_LEASE)
+    assert Fraction(d["TOP_MS"], 1000) == seconds(MAX_UNFENCED_ACTION)
+    assert Fraction(1, d["RHO_INV"]) == seconds(CLOCK_RATE_BOUND)
+    # the ratios the model's behaviour depends on
+    h = seconds(DEFAULT_BEAT_INTERVAL)
+    assert Fraction(d["P_MS"], d["H_MS"]) == seconds(DEFAULT_SILENCE_WINDOW) / h
+    assert Fraction(d["L_MS"], d["H_MS"]) == seconds(DEFAULT_LEADER_LEASE) / h
+
+
+def test_model_margin_is_the_protocols() -> None:
+    """The margin in exact arithmetic, and as the model's whole ticks (its PLO, CLAIM_END)."""
+    d = model_defines()
+    rho = Fraction(1, d["RHO_INV"])
+    p, lease, t_op = (Fraction(d[k], 1000) for k in ("P_MS", "L_MS", "TOP_MS"))
+    assert lease * (1 + rho) + t_op <= p * (1 - rho)
+    assert margin_holds(leader_lease=DEFAULT_LEADER_LEASE, silence_window=DEFAULT_SILENCE_WINDOW)
+    # the model's derived bounds (election.pml: PLO, CLAIM_END, H_TICKS), recomputed
+    tick, rho_inv = d["TICK_MS"], d["RHO_INV"]
+    plo = ceil_div(d["P_MS"] * rho_inv, (rho_inv + 1) * tick)
+    claim_end = ceil_div((d["L_MS"] + d["TOP_MS"]) * rho_inv, (rho_inv - 1) * tick)
+    assert claim_end <= plo
+    assert ceil_div(d["H_MS"], tick) == 1, "the model beats once a tick"
+    assert d["H_MS"] < d["L_MS"] < d["P_MS"]
+
+
+def run_check(*defines: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CHECK), *defines],
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT,
+        check=False,
+    )
+
+
+@needs_spin
+def test_model_check_passes() -> None:
+    result = run_check()
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if "complete search" in line]
+    assert len(lines) == 3, result.stdout
+    assert all("errors: 0" in line for line in lines), result.stdout
+
+
+#: Each planted bug and the property its counterexample must name.
+PLANTED = {
+    "PLANT_UNFENCED_WRITE": "VIOLATED: fencing",
+    "PLANT_LONG_LEASE": "VIOLATED: one-claim",
+    "PLANT_UNCHECKED_PREEMPT": "VIOLATED: one-claim",
+    "PLANT_NO_WINDOW_RESET": "VIOLATED: no-false-failover",
+    "PLANT_RETRY_WITHOUT_ID": "VIOLATED: at-most-once",
+    "PLANT_PREEMPT_FRESH_VERSION": "VIOLATED: one-claim",
+    "PLANT_OFFICE_NOT_BEAT": "VIOLATED: one-claim",
+    "PLANT_LEASE_FROM_ACK": "VIOLATED: one-claim",
+    "PLANT_BEAT_BEHIND_GATE": "VIOLATED: no-false-failover",
+}
+
+
+@needs_spin
+@pytest.mark.parametrize("plant", sorted(PLANTED))
+def test_model_check_finds_planted_bug(plant: str) -> None:
+    planted = re.search(rf"^#ifn?def {plant}$", MODEL.read_text(), re.MULTILINE)
+    assert planted is not None, f"{plant} is not planted in the model"
+    result = run_check(f"-D{plant}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = re.search(r"counterexample \(errors: (\d+)", result.stdout)
+    assert errors is not None and int(errors.group(1)) >= 1, result.stdout
+    assert PLANTED[plant] in result.stdout, result.stdout
+    assert re.search(r"^step 1: t=\d+ ", result.stdout, re.MULTILINE), result.stdout
+
+
+@needs_spin
+def test_model_check_refuses_bad_arguments() -> None:
+    assert run_check("--fast").returncode == 2
