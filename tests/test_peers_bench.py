@@ -20,10 +20,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 @pytest.fixture(scope="module")
 def peers() -> Any:
-    """bench/peers.py as a module (bench/ is scripts, not a package; it needs _common)."""
+    """bench/peers.py's pure parts, bench/_peers_figures.py, as a module (bench/ is scripts,
+    not a package; it needs _common)."""
     sys.path.append(str(BENCH))
     try:
-        spec = importlib.util.spec_from_file_location("bench_peers", BENCH / "peers.py")
+        spec = importlib.util.spec_from_file_location("bench_peers", BENCH / "_peers_figures.py")
         assert spec is not None and spec.loader is not None
         module: ModuleType = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # its dataclasses look their module up there
