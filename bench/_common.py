@@ -10,6 +10,8 @@ the repo root: the packages win, and the bench's own ``_*`` helpers still import
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import platform
@@ -49,6 +51,18 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
+def bench_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
+    """The bench's command line: its docstring's first line and ``--quick``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    return parser
+
+
+def print_json(result: dict[str, Any]) -> None:
+    """The figures as one JSON object, the last line on stdout."""
+    print(json.dumps(result, sort_keys=True), flush=True)
+
+
 def percentile(samples: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) by linear interpolation between closest ranks.
 
@@ -82,18 +96,7 @@ class Summary:
 
 def summarize_ns(samples_ns: Sequence[int]) -> Summary:
     """Summarize latencies measured in nanoseconds (``time.perf_counter_ns``) as ms."""
-    if not samples_ns:
-        raise ValueError("summary of no samples")
-    ms = [s / NS_PER_MS for s in samples_ns]
-    return Summary(
-        count=len(ms),
-        p50_ms=percentile(ms, 50),
-        p90_ms=percentile(ms, 90),
-        p99_ms=percentile(ms, 99),
-        mean_ms=sum(ms) / len(ms),
-        min_ms=min(ms),
-        max_ms=max(ms),
-    )
+    return summarize_ms([s / NS_PER_MS for s in samples_ns])
 
 
 def summarize_ms(samples_ms: Sequence[float]) -> Summary:
@@ -265,6 +268,19 @@ def load_1min() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def print_run_facts(facts: MachineFacts, load_start: float, elapsed_s: float) -> float:
+    """The machine, the load before and after and the wall time, after a blank line, for a
+    bench that starts ZooKeeper and replicas; returns the load at the end."""
+    print()
+    load_end = load_1min()
+    print(facts.line())
+    print(
+        f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
+        f"{elapsed_s:.1f} s including ZooKeeper and replica startup"
+    )
+    return load_end
 
 
 def vm_rss_mib(pid: int) -> float | None:

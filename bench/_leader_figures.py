@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _common import Summary, load_1min, machine_facts, print_table, summarize_ms, summarize_ns
+from _common import (
+    Summary,
+    machine_facts,
+    print_run_facts,
+    print_table,
+    summarize_ms,
+    summarize_ns,
+)
 
 REPLICAS = 3
 BLOCK = 100  # calls of one kind in a row before switching to the other
@@ -133,13 +140,7 @@ def report(
     )
     for note in notes:
         print(f"note: {note}")
-    print()
-    load_end = load_1min()
-    print(facts.line())
-    print(
-        f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
-        f"{elapsed_s:.1f} s including ZooKeeper and replica startup"
-    )
+    load_end = print_run_facts(facts, load_start, elapsed_s)
 
     g = _ms(graceful, lambda t: t.failover_s)
     k = _ms(killed, lambda t: t.failover_s)

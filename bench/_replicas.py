@@ -197,6 +197,15 @@ class Replica:
         return "\n".join(self.log_since(self.log_offset).splitlines()[-lines:])
 
 
+def raise_if_dead(replicas: Iterable[Replica]) -> None:
+    """BenchError, with its log tail, for the first replica whose process has exited."""
+    for replica in replicas:
+        if not replica.alive():
+            raise BenchError(
+                f"replica {replica.address} exited with {replica.returncode}\n{replica.log_tail()}"
+            )
+
+
 def tails(replicas: Iterable[Replica]) -> str:
     """Every replica's log tail under its address, for a BenchError."""
     return "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)

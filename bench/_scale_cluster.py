@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import serve_command, stop_all, tails
+from _replicas import raise_if_dead, serve_command, stop_all, tails
 from kazoo.client import KazooClient
 
 from cluster.api import records
@@ -208,12 +208,7 @@ class Cluster:
         expected = frozenset(r.address for r in self.replicas)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            for replica in self.replicas:
-                if not replica.alive():
-                    raise BenchError(
-                        f"replica {replica.address} exited with {replica.returncode}\n"
-                        f"{replica.log_tail()}"
-                    )
+            raise_if_dead(self.replicas)
             if (
                 all(r.listening() for r in self.replicas)
                 and all(r.queued() for r in self.replicas)

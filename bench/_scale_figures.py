@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from _common import load_1min, machine_facts, percentile, print_table
+from _common import machine_facts, percentile, print_run_facts, print_table
 from _scale_cluster import REPLICAS, SESSION_TIMEOUT_S, SYNC_INTERVAL_S
 
 TARGET_RATIO = 1.5
@@ -165,13 +165,7 @@ def report(
     )
     for note in notes:
         print(f"note: {note}")
-    print()
-    load_end = load_1min()
-    print(facts.line())
-    print(
-        f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
-        f"{elapsed_s:.1f} s including ZooKeeper and replica startup"
-    )
+    load_end = print_run_facts(facts, load_start, elapsed_s)
 
     result: dict[str, Any] = {
         "benchmark": "scale",

@@ -10,8 +10,6 @@ tables. Rates are corpus rows (lines) per wall-clock second.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -22,7 +20,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from _common import cpu_seconds, percentile, print_table
+from _common import bench_parser, cpu_seconds, percentile, print_json, print_table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -368,12 +366,10 @@ def main(
     run: Callable[..., dict[str, Any]],
 ) -> int:
     """``--quick`` and ``--rounds N``; the result as one JSON line, last on stdout."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
-    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser = bench_parser(doc, quick_help)
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per job")
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    result = run(quick=args.quick, rounds=args.rounds)
-    print(json.dumps(result, sort_keys=True), flush=True)
+    print_json(run(quick=args.quick, rounds=args.rounds))
     return 0

@@ -35,9 +35,7 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
 import shutil
 import sys
@@ -67,10 +65,13 @@ from _code_sync_transfers import (
     sync_once,
 )
 from _common import (
+    bench_parser,
     exit_on_sigterm,
     load_1min,
     machine_facts,
     percentile,
+    print_json,
+    print_run_facts,
     print_table,
 )
 from _replicas import zookeeper_version
@@ -277,13 +278,7 @@ def report(
         f"{submitted.e2e_s:.3f} s after it returned{already}, "
         f"{submitted.e2e_from_start_s:.3f} s after it was called"
     )
-    print()
-    load_end = load_1min()
-    print(facts.line())
-    print(
-        f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
-        f"{elapsed_s:.1f} s including ZooKeeper and replica startup"
-    )
+    load_end = print_run_facts(facts, load_start, elapsed_s)
     return {
         "benchmark": "code_sync",
         "quick": quick,
@@ -370,19 +365,13 @@ def run(*, quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=(
-            f"a {QUICK_BLOB_MIB} MiB blob and {QUICK_REPETITIONS} rounds instead of "
-            f"{FULL_BLOB_MIB} MiB and {FULL_REPETITIONS} (under two minutes)"
-        ),
+    quick_help = (
+        f"a {QUICK_BLOB_MIB} MiB blob and {QUICK_REPETITIONS} rounds instead of "
+        f"{FULL_BLOB_MIB} MiB and {FULL_REPETITIONS} (under two minutes)"
     )
-    args = parser.parse_args(argv)
+    args = bench_parser(__doc__, quick_help).parse_args(argv)
     exit_on_sigterm()
-    result = run(quick=args.quick)
-    print(json.dumps(result, sort_keys=True), flush=True)
+    print_json(run(quick=args.quick))
     return 0
 
 

@@ -15,15 +15,13 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import Summary, machine_facts, print_table, summarize_ns
+from _common import Summary, bench_parser, machine_facts, print_json, print_table, summarize_ns
 from _replicas import zookeeper_version
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
@@ -229,20 +227,15 @@ def run(*, quick: bool, force_sync: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_ITERATIONS} iterations instead of {FULL_ITERATIONS} (under a minute)",
-    )
+    quick_help = f"{QUICK_ITERATIONS} iterations instead of {FULL_ITERATIONS} (under a minute)"
+    parser = bench_parser(__doc__, quick_help)
     parser.add_argument(
         "--force-sync",
         action="store_true",
         help="run ZooKeeper with forceSync=yes (fsync every write, as in production)",
     )
     args = parser.parse_args(argv)
-    result = run(quick=args.quick, force_sync=args.force_sync)
-    print(json.dumps(result, sort_keys=True), flush=True)
+    print_json(run(quick=args.quick, force_sync=args.force_sync))
     return 0
 
 

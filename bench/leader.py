@@ -20,9 +20,7 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
 import shutil
 import signal
@@ -37,10 +35,12 @@ from typing import Any
 
 from _common import (
     BenchError,
+    bench_parser,
     exit_on_sigterm,
     load_1min,
     machine_facts,
     percentile,
+    print_json,
     print_table,
 )
 from _leader_cluster import Cluster, Replica
@@ -291,15 +291,11 @@ def run_preemption(*, quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=(
-            f"{QUICK_CALLS} calls and {QUICK_TRIALS} failovers of each kind instead of "
-            f"{FULL_CALLS} and {FULL_TRIALS} (under two minutes)"
-        ),
+    quick_help = (
+        f"{QUICK_CALLS} calls and {QUICK_TRIALS} failovers of each kind instead of "
+        f"{FULL_CALLS} and {FULL_TRIALS} (under two minutes)"
     )
+    parser = bench_parser(__doc__, quick_help)
     parser.add_argument(
         "--session-timeout",
         type=float,
@@ -317,10 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     exit_on_sigterm()
     if args.preemption:
-        print(json.dumps(run_preemption(quick=args.quick), sort_keys=True), flush=True)
-        return 0
-    result = run(quick=args.quick, session_timeout=args.session_timeout)
-    print(json.dumps(result, sort_keys=True), flush=True)
+        print_json(run_preemption(quick=args.quick))
+    else:
+        print_json(run(quick=args.quick, session_timeout=args.session_timeout))
     return 0
 
 

@@ -18,7 +18,6 @@ one JSON object holding ``max_write_gap_s``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -37,11 +36,13 @@ import _replicas
 from _common import (
     REPO,
     BenchError,
+    bench_parser,
     exit_on_sigterm,
     free_port,
     load_1min,
     machine_facts,
     percentile,
+    print_json,
     print_table,
 )
 from _replicas import serve_command, stop_all, tails, zookeeper_version
@@ -339,17 +340,12 @@ def show(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_ROUNDS} round of restarts instead of {FULL_ROUNDS} (about a minute)",
-    )
-    args = parser.parse_args(argv)
+    quick_help = f"{QUICK_ROUNDS} round of restarts instead of {FULL_ROUNDS} (about a minute)"
+    args = bench_parser(__doc__, quick_help).parse_args(argv)
     exit_on_sigterm()
     result = run(quick=args.quick)
     show(result)
-    print(json.dumps(result, sort_keys=True), flush=True)
+    print_json(result)
     return 0 if result["under_target"] and not result["failed_writes"] else 1
 
 

@@ -41,9 +41,7 @@ Progress goes to stderr; the last line of stdout is one JSON object with the fig
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import random
 import shutil
@@ -58,9 +56,11 @@ from typing import Any
 import grpc
 from _common import (
     BenchError,
+    bench_parser,
     cpu_seconds,
     exit_on_sigterm,
     load_1min,
+    print_json,
     vm_rss_mib,
 )
 from _replicas import zookeeper_version
@@ -330,15 +330,11 @@ def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=(
-            f"{SMALL_N} and {QUICK_LARGE_N:,} topologies, {QUICK_TRIALS} failovers each, "
-            f"instead of {SMALL_N} and {FULL_LARGE_N:,}, {FULL_TRIALS} each (a few minutes)"
-        ),
+    quick_help = (
+        f"{SMALL_N} and {QUICK_LARGE_N:,} topologies, {QUICK_TRIALS} failovers each, "
+        f"instead of {SMALL_N} and {FULL_LARGE_N:,}, {FULL_TRIALS} each (a few minutes)"
     )
+    parser = bench_parser(__doc__, quick_help)
     parser.add_argument(
         "--poll-ms",
         type=float,
@@ -357,8 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    result = run(quick=args.quick, poll_s=args.poll_ms / 1000, keep_logs=args.keep_logs)
-    print(json.dumps(result, sort_keys=True), flush=True)
+    print_json(run(quick=args.quick, poll_s=args.poll_ms / 1000, keep_logs=args.keep_logs))
     return 0
 
 
