@@ -16,7 +16,7 @@ from typing import Protocol
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import raise_if_dead, serve_command, stop_all, tails
+from _replicas import agreed_leader, raise_if_dead, serve_command, stop_all, tails
 
 from cluster.api import pb
 from code_sync.package import make_package
@@ -127,11 +127,9 @@ class Cluster:
             if all(r.listening() for r in self.replicas) and all(
                 r.registered() == expected for r in self.replicas
             ):
-                named = {r.leader() for r in self.replicas}
-                if len(named) == 1:
-                    (leader,) = named
-                    if leader is not None and leader[0] in expected:
-                        return self.by_address(leader[0])
+                leader = agreed_leader(self.replicas)
+                if leader is not None:
+                    return self.by_address(leader[0])
             time.sleep(READY_POLL_S)
         raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
 

@@ -206,6 +206,17 @@ def raise_if_dead(replicas: Iterable[Replica]) -> None:
             )
 
 
+def agreed_leader(replicas: Sequence[Replica]) -> tuple[str, int] | None:
+    """(replica id, epoch) of the leader every replica names alike, if it is one of them."""
+    named = {r.leader() for r in replicas}
+    if len(named) != 1:
+        return None
+    (leader,) = named
+    if leader is None or leader[0] not in {r.address for r in replicas}:
+        return None
+    return leader
+
+
 def tails(replicas: Iterable[Replica]) -> str:
     """Every replica's log tail under its address, for a BenchError."""
     return "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import raise_if_dead, serve_command, stop_all, tails
+from _replicas import agreed_leader, raise_if_dead, serve_command, stop_all, tails
 from kazoo.client import KazooClient
 
 from cluster.api import records
@@ -214,11 +214,9 @@ class Cluster:
                 and all(r.queued() for r in self.replicas)
                 and all(r.registered() == expected for r in self.replicas)
             ):
-                named = {r.leader() for r in self.replicas}
-                if len(named) == 1:
-                    (leader,) = named
-                    if leader is not None and leader[0] in expected:
-                        return self.by_address(leader[0]), leader[1]
+                leader = agreed_leader(self.replicas)
+                if leader is not None:
+                    return self.by_address(leader[0]), leader[1]
             time.sleep(READY_POLL_S)
         raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
 
