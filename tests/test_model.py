@@ -7,6 +7,7 @@ of H, P, L, T_op or rho that the model has not been checked with fails here; and
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -84,9 +85,13 @@ def test_model_margin_is_the_protocols() -> None:
     assert d["H_MS"] < d["L_MS"] < d["P_MS"]
 
 
-def run_check(*defines: str) -> subprocess.CompletedProcess[str]:
+def run_check(*defines: str, depth: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if depth is not None:
+        env["MODEL_CHECK_DEPTH"] = str(depth)
     return subprocess.run(
         [str(CHECK), *defines],
+        env=env,
         capture_output=True,
         text=True,
         timeout=CHECK_TIMEOUT,
@@ -133,3 +138,10 @@ def test_model_check_finds_planted_bug(plant: str) -> None:
 @needs_spin
 def test_model_check_refuses_bad_arguments() -> None:
     assert run_check("--fast").returncode == 2
+
+
+@needs_spin
+def test_model_check_reports_a_truncated_search() -> None:
+    result = run_check(depth=40)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "could not complete" in result.stderr, result.stderr
