@@ -215,6 +215,29 @@ def start_spark(name: str, work: Path) -> tuple[SparkSession, float]:
     return spark, time.monotonic() - t0
 
 
+@dataclass(frozen=True)
+class Session:
+    """What one session's runs gave: the results, Spark's version, the session's start time."""
+
+    results: list[RunResult]
+    spark_version: str
+    start_s: float
+
+
+def measure_in_session(
+    bench: Comparison[S], corpus: Path, work: Path, rows: int, rounds: int, *, cpu: bool
+) -> Session:
+    """Start the session, ``measure`` both jobs in it (with CPU time if ``cpu``), stop it."""
+    spark, start_s = start_spark(bench.name, work)
+    try:
+        results = measure(
+            bench, spark, corpus, work, rows, rounds, process_cpu(spark) if cpu else None
+        )
+        return Session(results, spark.version, start_s)
+    finally:
+        spark.stop()
+
+
 def process_cpu(spark: SparkSession) -> Callable[[], float]:
     """CPU seconds used so far by Spark's JVM (``local[2]``: driver and executors) and by
     this Python process (the sinks' collect and bookkeeping)."""

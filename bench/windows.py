@@ -73,12 +73,10 @@ from _spark_baseline import (
     figures,
     figures_json,
     log_to,
-    measure,
+    measure_in_session,
     print_runs,
     print_summary,
-    process_cpu,
     standard_columns,
-    start_spark,
     write_files,
     zipf_cum_weights,
 )
@@ -397,22 +395,17 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
             f"corpus: {corpus_bytes / 2**20:.1f} MiB, {len(expected):,} closed windows "
             f"({corpus_s:.1f} s); starting Spark"
         )
-        spark, session_start_s = start_spark("windows", work)
-        try:
-            spark_version = spark.version
-            bench = comparison(expected, rows)
-            results = measure(bench, spark, corpus, work, rows, rounds, process_cpu(spark))
-        finally:
-            spark.stop()
+        bench = comparison(expected, rows)
+        session = measure_in_session(bench, corpus, work, rows, rounds, cpu=True)
     return report(
-        results,
+        session.results,
         rows=rows,
         windows=len(expected),
         corpus_bytes=corpus_bytes,
         rounds=rounds,
         quick=quick,
-        spark_version=spark_version,
-        session_start_s=session_start_s,
+        spark_version=session.spark_version,
+        session_start_s=session.start_s,
         corpus_s=corpus_s,
         elapsed_s=time.monotonic() - began,
         load_before=load_before,

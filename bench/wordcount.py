@@ -62,11 +62,10 @@ from _spark_baseline import (
     figures,
     figures_json,
     log_to,
-    measure,
+    measure_in_session,
     print_runs,
     print_summary,
     standard_columns,
-    start_spark,
     write_files,
     zipf_cum_weights,
 )
@@ -329,22 +328,18 @@ def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
             f"corpus: {corpus_bytes / 2**20:.1f} MiB, {sum(expected.values()):,} words, "
             f"{len(expected):,} distinct ({corpus_s:.1f} s); starting Spark"
         )
-        spark, session_start_s = start_spark("wordcount", work)
-        try:
-            spark_version = spark.version
-            results = measure(comparison(expected, lines), spark, corpus, work, lines, rounds)
-        finally:
-            spark.stop()
+        bench = comparison(expected, lines)
+        session = measure_in_session(bench, corpus, work, lines, rounds, cpu=False)
     return report(
-        results,
+        session.results,
         lines=lines,
         words=sum(expected.values()),
         distinct=len(expected),
         corpus_bytes=corpus_bytes,
         rounds=rounds,
         quick=quick,
-        spark_version=spark_version,
-        session_start_s=session_start_s,
+        spark_version=session.spark_version,
+        session_start_s=session.start_s,
         corpus_s=corpus_s,
         elapsed_s=time.monotonic() - began,
     )
