@@ -360,9 +360,9 @@ active [NR] proctype replica() {
 #else
        if :: !chg[r] ->  /* check(beat node of t, version watched all window) */
 #endif
+          printf("@@ t=%d replica %d: silence preemption: deletes the lock node of replica %d\n", tnow, r, t);
           REQUIRE(hurt[r], "VIOLATED: no-false-failover (preempted a replica running and connected for the whole window)\n");
           qremove(t);
-          printf("@@ t=%d replica %d: silence preemption: deleted the lock node of replica %d\n", tnow, r, t);
           wt[r] = NONE; win[r] = 0; chg[r] = 0; hurt[r] = 0
        :: else ->
           printf("@@ t=%d replica %d: silence preemption refused: beat of %d moved\n", tnow, r, t);
@@ -426,11 +426,11 @@ active [NR] proctype replica() {
           :: reqdone[wpend[r] - 1] ->
              printf("@@ t=%d replica %d: request id %d already done: replays its outcome\n", tnow, r, wpend[r] - 1)
           :: else ->
+             printf("@@ t=%d replica %d: applies the mutation (request id %d, epoch %d)\n", tnow, r, wpend[r] - 1, myep[r]);
              REQUIRE(INQ(r) && qi[r] == 0, "VIOLATED: fencing (a write by a replica not holding the lowest lock node)\n");
              REQUIRE(eholder == r && myep[r] == epoch, "VIOLATED: fencing (a write outside the writer's term)\n");
              REQUIRE(myep[r] >= lastep, "VIOLATED: epochs (a write stamped with an older epoch)\n");
              lastep = myep[r]; reqdone[wpend[r] - 1] = 1; applied++;
-             printf("@@ t=%d replica %d: applied the mutation (request id %d, epoch %d)\n", tnow, r, wpend[r] - 1, myep[r]);
              REQUIRE(applied <= 1, "VIOLATED: at-most-once (the retried mutation was applied twice)\n")
           fi;
           wpend[r] = 0;
