@@ -38,8 +38,12 @@
  *    ages (saturating counters) and converts each bound measured on a local clock to the
  *    worst real bound, in whole ticks (see PLO, LMAX, CLAIM_END below).
  *  - Counters saturate: ages stop at the largest value any guard looks at (CLAIM_END,
- *    PLO, H_TICKS); the tick (0.4 s) is coarser than H, so beats come once a tick; a beat node's version is kept as one bit per watcher, "changed since
- *    the watcher read it" (versions only grow, so this is exactly the check's outcome).
+ *    PLO, H_TICKS); the tick (0.4 s) is coarser than H, so beats come once a tick; a
+ *    beat node's version is kept as one bit per watcher, "changed since the watcher
+ *    read it" (versions only grow, so this is exactly the check's outcome).
+ *  - Faults begin at quiet moments (between ticks) or in the middle of an operation of
+ *    the replica they hit, and end at any moment (see env below). The beat node is
+ *    created with the lock node (the code creates it with the first beat, up to H later).
  *  - Each queued replica watches the node just in front of it (the leader's, or a
  *    winner's that never took office, or a dead one between).
  *  - A beat is sent and applied in one step unless the link is down (the reply never
@@ -67,7 +71,19 @@
  *  live (LTL)    under weak fairness: if some replica stays up and connected (and
  *                ZooKeeper answers), eventually a leader claims office for good.
  *
- * PLANTED BUGS (each must make model/check fail): see the PLANT_ defines below.
+ * PLANTED BUGS (each must make model/check fail; tests/test_model.py runs them all):
+ *  PLANT_UNFENCED_WRITE        the fenced write without check(own lock node)     -> fencing
+ *  PLANT_LONG_LEASE            L = P, so L*(1+rho) + T_op > P*(1-rho)            -> one-claim
+ *  PLANT_UNCHECKED_PREEMPT     silence preemption without the beat-version check -> one-claim
+ *  PLANT_NO_WINDOW_RESET       the window not restarted after a reconnect or
+ *                              while its own beats do not commit (a stall)       -> no-false-failover
+ *  PLANT_RETRY_WITHOUT_ID      the client retries with a fresh request id        -> at-most-once
+ *  PLANT_PREEMPT_FRESH_VERSION the check uses the version read just before the
+ *                              delete, not the one watched all window            -> one-claim
+ *  PLANT_OFFICE_NOT_BEAT       take-office starts the lease but does not write
+ *                              the beat node (its version does not move)         -> one-claim
+ *  PLANT_LEASE_FROM_ACK        the lease counted from the reply, not the send    -> one-claim
+ *  PLANT_BEAT_BEHIND_GATE      the leader's beat waits for a valid lease         -> no-false-failover
  */
 
 /* ---- timing: tests/test_model.py compares these with leader/settings.py ---- */
