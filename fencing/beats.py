@@ -102,6 +102,25 @@ def preempt_silent(
     return txn.first_failure(txn.commit(client, ops, timeout=timeout)) is None
 
 
+def preempt_beatless(
+    client: KazooClient, paths: Paths, *, lock_node: str, epoch_version: int, timeout: float
+) -> bool:
+    """Delete a queued replica's lock node that never made its beat node, proving in the
+    same multi-op that the beat node is still absent (create it, delete it again) and that
+    ``/leader-epoch`` is still at ``epoch_version``. A first beat that landed since makes
+    the create, and the whole multi-op, fail; one sent after it finds its lock node gone.
+
+    True when deleted; False when a check failed (nothing written).
+    """
+    if not lock_node.startswith(paths.leader_lock + "/"):
+        raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
+    beat = paths.beat(lock_node)
+    ops: list[Op] = [Create(beat, b"", ephemeral=True), Delete(beat), Delete(lock_node)]
+    if epoch_version >= 0:
+        ops.append(Check(paths.leader_epoch, epoch_version))
+    return txn.first_failure(txn.commit(client, ops, timeout=timeout)) is None
+
+
 def leave_queue(client: KazooClient, *, lock_node: str, timeout: float) -> bool:
     """Delete our own lock node within ``timeout`` (kazoo's ``Lock.release`` retries without
     bound while the link is down). True when deleted, False when already gone;

@@ -6,7 +6,8 @@ of ``decide(now)`` is one action with the time to decide again. No I/O, no clock
 own: ``leader.silence_watch`` feeds it from kazoo and acts, tests feed it a fake clock, and
 the Promela model in ``model/`` mirrors it.
 
-A target is silent when its beat node stayed at one version for the whole window P, while
+A target is silent when its beat node stayed at one version for the whole window P (or
+stayed absent: ``ABSENT``, a replica frozen between queueing and its first beat), while
 for that whole window our own connection was CONNECTED and our own beats committed with
 no gap longer than ``own_gap``. The last two make a stall of ZooKeeper itself (or our own
 pause) never look like a silent leader: the window restarts when we are heard again.
@@ -22,12 +23,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+#: The "version" of a beat node that does not exist. A replica creates its beat node with
+#: its first beat, just after queueing; one frozen in between has none, and must not hold
+#: the queue until its session expires. Its preemption proves the node still absent.
+ABSENT = -1
+
 
 class Verdict(enum.Enum):
     """What ``decide`` found; the words are for the history."""
 
     IDLE = "no replica in front of ours"
-    NO_BEAT = "the replica in front has no beat node"
+    NO_BEAT = "the beat node of the replica in front is not read yet"
     DISCONNECTED = "our own connection is not CONNECTED"
     OWN_BEATS_LAPSED = "our own beats are not committing"
     WATCHING = "watching the beat of the replica in front"
@@ -70,6 +76,7 @@ class SilenceMachine:
         """A read of ``target``'s beat node answered at ``now`` (None: no beat node)."""
         if target != self.target:
             return  # a read about a node we no longer watch
+        version = ABSENT if version is None else version
         if version != self._version:
             self._version, self._version_since = version, now
 

@@ -24,12 +24,12 @@ from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
 from cluster.threads import guarded
-from fencing.beats import preempt_silent
+from fencing.beats import preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
 from leader.discovery import LeaderCache
 from leader.settings import BeatSettings
-from leader.silence import Decision, SilenceMachine, Verdict
+from leader.silence import ABSENT, Decision, SilenceMachine, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -184,16 +184,23 @@ class SilenceWatch:
             log.info("%s: %s beat again (or we lost touch): not preempted", self._id, target)
             return True  # not an error: decide afresh at once
         current, epoch_version = read_leader_epoch(self._client, self._paths)
-        deleted = preempt_silent(
-            self._client, self._paths, lock_node=target, beat_version=version,
-            epoch_version=epoch_version, timeout=self._timeout,
-        )  # fmt: skip
+        if version == ABSENT:  # queued, never beat: frozen before its first beat
+            deleted = preempt_beatless(
+                self._client, self._paths, lock_node=target,
+                epoch_version=epoch_version, timeout=self._timeout,
+            )  # fmt: skip
+        else:
+            deleted = preempt_silent(
+                self._client, self._paths, lock_node=target, beat_version=version,
+                epoch_version=epoch_version, timeout=self._timeout,
+            )  # fmt: skip
         if not deleted:
             log.info("%s: preempting silent %s refused by ZooKeeper's checks", self._id, target)
             return False
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
-        evidence = f"{who} silent: beat version {version} unchanged for the window"
+        seen = "no beat node" if version == ABSENT else f"beat version {version} unchanged"
+        evidence = f"{who} silent: {seen} for the window"
         log.warning("%s: preempted %s", self._id, evidence)
         if self._on_preempt is not None:
             self._on_preempt(evidence)

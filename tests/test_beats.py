@@ -5,7 +5,14 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from cluster.paths import Paths
-from fencing.beats import BeatOutcome, beat_outcome, create_beat, preempt_silent, send_beat
+from fencing.beats import (
+    BeatOutcome,
+    beat_outcome,
+    create_beat,
+    preempt_beatless,
+    preempt_silent,
+    send_beat,
+)
 
 PATHS = Paths("/storm")
 
@@ -56,3 +63,27 @@ def test_silence_preemption_is_refused_once_a_beat_landed(zk_client: KazooClient
     )
     assert zk_client.exists(lock_node) is None
     assert zk_client.exists(PATHS.beat(lock_node)) is None
+
+
+def test_a_queued_replica_without_a_beat_node_is_preempted_only_while_it_has_none(
+    zk_client: KazooClient,
+) -> None:
+    zk_client.ensure_path(PATHS.leader_lock)
+    zk_client.ensure_path(PATHS.beats)
+    zk_client.create(PATHS.leader_epoch, b"")
+    frozen: str = zk_client.create(
+        f"{PATHS.leader_lock}/x__lock__", b"a:1", ephemeral=True, sequence=True
+    )
+    beating = _queued(zk_client, "b:2")  # it has its beat node
+    assert not preempt_beatless(zk_client, PATHS, lock_node=beating, epoch_version=0, timeout=5), (
+        "a beat node exists: the create fails, nothing is deleted"
+    )
+    assert zk_client.exists(beating) is not None
+    assert not preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=1, timeout=5)
+    assert zk_client.exists(frozen) is not None, "another term: refused"
+    assert preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=0, timeout=5)
+    assert zk_client.exists(frozen) is None
+    assert zk_client.exists(PATHS.beat(frozen)) is None, "the proof leaves no beat node"
+    assert create_beat(zk_client, PATHS, lock_node=frozen, owner="a:1", timeout=5) is (
+        BeatOutcome.LOCK_GONE
+    ), "its first beat, late, finds its lock node gone"

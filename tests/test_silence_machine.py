@@ -14,7 +14,7 @@ from leader.settings import (
     BeatSettings,
     margin_holds,
 )
-from leader.silence import SilenceMachine, Verdict
+from leader.silence import ABSENT, SilenceMachine, Verdict
 from nimbus.config import make_config
 
 P, GAP, H = 2.0, 0.8, 0.2
@@ -119,12 +119,19 @@ def test_a_disconnect_restarts_the_window() -> None:
     assert m.decide(clock()).verdict is Verdict.SILENT
 
 
-def test_no_beat_node_and_no_target_never_preempt() -> None:
+def test_a_beat_node_absent_for_the_window_is_silence_and_no_target_never_is() -> None:
+    """A replica frozen between queueing and its first beat has no beat node: absent for P
+    it is silent (it used to hold the queue until its session expired)."""
     clock = Clock()
     m = watching(clock)
     m.saw(LEADER, None, clock())
-    run(m, clock, 10 * P)
-    assert m.decide(clock()).verdict is Verdict.NO_BEAT
+    run(m, clock, 1.9)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, 0.2)
+    decision = m.decide(clock())
+    assert decision.verdict is Verdict.SILENT and decision.version == ABSENT
+    m.saw(LEADER, 0, clock())  # its first beat: the window starts again
+    assert m.decide(clock()).verdict is Verdict.WATCHING
     m.watch(None, clock())
     assert m.decide(clock()).verdict is Verdict.IDLE
 
