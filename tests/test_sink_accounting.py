@@ -48,6 +48,19 @@ class Setup:
         rows: list[dict[str, Any]] = json.loads(done.stdout)
         return rows
 
+    def counting(self, name: str, tmp: Path, lines: list[str]) -> tuple[Path, Path, Path]:
+        """Submit the word count as ``name`` over ``lines``; (input, output, package) once
+        its output counts them exactly."""
+        inbox, out = tmp / "input", tmp / "output"
+        inbox.mkdir()
+        add_input(inbox, "part-1.txt", lines)
+        package = wordcount_package(tmp, inbox, out)
+        done = cli("submit", str(package), "--name", name, "--seeds", self.seeds)
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: output_counts(out) == counted(lines), timeout=240, interval=0.5,
+                   message=f"{name}'s output exact")  # fmt: skip
+        return inbox, out, package
+
     def worker_pids(self) -> dict[str, int]:
         """Each worker folder's pid, by folder name (it starts with the topology id)."""
         return {
@@ -65,15 +78,8 @@ def setup(spawn: Spawn, zk_hosts: str, tmp_path: Path) -> Iterator[Setup]:
 
 @pytest.mark.timeout(600)
 def test_a_planted_batch_is_reported_not_skipped(setup: Setup, tmp_path: Path) -> None:
-    inbox, out = tmp_path / "input", tmp_path / "output"
-    inbox.mkdir()
     first = corpus(1, 500)
-    add_input(inbox, "part-1.txt", first)
-    package = wordcount_package(tmp_path, inbox, out)
-    done = cli("submit", str(package), "--name", "wc", "--seeds", setup.seeds)
-    assert done.returncode == 0, done.stderr
-    wait_until(lambda: output_counts(out) == counted(first), timeout=240, interval=0.5,
-               message="the first input counted")  # fmt: skip
+    inbox, out, _ = setup.counting("wc", tmp_path, first)
     newest = max(batch for batch, _ in read_batches(out))
     planted = out / f"batch-{newest + 1:012d}.jsonl"
     planted.write_text(json.dumps({"word": "planted", "count": 1}) + "\n")
@@ -102,15 +108,8 @@ def test_kill_wait_drains_then_a_resubmit_takes_the_folder_without_failing(
     """``kill --wait 10`` as in Storm: the worker stays (deactivated) for the wait, then
     goes. A topology resubmitted at once under another name into the same folder waits
     for it, takes the folder over and is never reported failing; its output is exact."""
-    inbox, out = tmp_path / "input", tmp_path / "output"
-    inbox.mkdir()
     lines = corpus(3, 800)
-    add_input(inbox, "part-1.txt", lines)
-    package = wordcount_package(tmp_path, inbox, out)
-    done = cli("submit", str(package), "--name", "wc-a", "--seeds", setup.seeds)
-    assert done.returncode == 0, done.stderr
-    wait_until(lambda: output_counts(out) == counted(lines), timeout=240, interval=0.5,
-               message="wc-a's output exact")  # fmt: skip
+    _, out, package = setup.counting("wc-a", tmp_path, lines)
     (worker_a,) = setup.worker_pids().values()
 
     killed = cli("kill", "wc-a", "--wait", "10", "--seeds", setup.seeds)
