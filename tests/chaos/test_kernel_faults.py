@@ -60,10 +60,10 @@ def test_cli_calls_ride_through_kernel_faults_on_the_leader(
     T = cluster.session_timeout
     took = {t.fault: t.failover_s or 0.0 for t in trials}
     # A dead process is preempted on refused connections; a frozen or cut-off one on the
-    # silence of its beat (P = 2 s), before its session could expire.
-    assert 0 < took["sigkill"] < T / 2, took
-    for silent in ("sigstop-2T", "zk-cut-both"):
-        assert 0 < took[silent] < 0.9 * T, took
+    # silence of its beat (P = 2 s): each before its session could expire, so the new
+    # term's first CLI write (the client finding the new leader included) comes within T.
+    for fault in ("sigkill", "sigstop-2T", "zk-cut-both"):
+        assert 0 < took[fault] < T, took
     assert lost_or_duplicated(cluster, workload) == []
     assert sum(1 for c in workload.snapshot() if c.ok) > 10
 
