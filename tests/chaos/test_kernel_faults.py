@@ -26,6 +26,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 
 FAULTS = ("sigkill", "sigstop-2T", "zk-cut-both", "clients-cut")
+FAILOVER_BOUND_S = 5.0
 
 
 @pytest.fixture
@@ -57,13 +58,13 @@ def test_cli_calls_ride_through_kernel_faults_on_the_leader(
         )
     failed = [f"{c.op.value} {c.name}: {c.stderr}" for t in trials for c in t.failed]
     assert failed == []
-    T = cluster.session_timeout
     took = {t.fault: t.failover_s or 0.0 for t in trials}
     # A dead process is preempted on refused connections; a frozen or cut-off one on the
-    # silence of its beat (P = 2 s): each before its session could expire, so the new
-    # term's first CLI write (the client finding the new leader included) comes within T.
+    # silence of its beat (P = 2 s), not on its session's expiry. The figure is the new
+    # term's first CLI write, the client finding the new leader included (2-3.4 s seen
+    # here at T = 4): the bound is the loose 5 s of the failover issue; bench/ measures.
     for fault in ("sigkill", "sigstop-2T", "zk-cut-both"):
-        assert 0 < took[fault] < T, took
+        assert 0 < took[fault] < FAILOVER_BOUND_S, took
     assert lost_or_duplicated(cluster, workload) == []
     assert sum(1 for c in workload.snapshot() if c.ok) > 10
 
