@@ -212,3 +212,20 @@ def check_all(
         "S3": s3_code(state, copies, min_replicas, history),
         "S4": s4_epochs(history),
     }
+
+
+def stale_claims(polls: list[tuple[float, dict[int, int]]], old: int, epoch: int) -> list[str]:
+    """Polls (time, replica -> epoch it claims) in which replica ``old``, deposed from term
+    ``epoch``, still answered as leader once some replica had claimed a newer term.
+
+    Every poll is kept, before and after the new term is first seen: a check that stops
+    recording when the new term appears cannot see the old leader claiming after it.
+    """
+    newer_at = next((t for t, claims in polls if any(e > epoch for e in claims.values())), None)
+    if newer_at is None:
+        return []
+    return [
+        f"at {t:.3f}: replica {old} claimed epoch {claims[old]} after a newer term"
+        for t, claims in polls
+        if t >= newer_at and old in claims and claims[old] <= epoch
+    ]

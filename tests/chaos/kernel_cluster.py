@@ -125,7 +125,13 @@ class KernelCluster:
         """The replica next in the lock queue after the leader's node."""
         admin = self.admin()
         folder = f"{ROOT}/leader-lock"
-        queue = sorted(admin.get_children(folder), key=lambda name: name[-10:])
+
+        def queued() -> list[str]:  # a replica may still be on its way into the queue
+            return sorted(admin.get_children(folder), key=lambda name: name[-10:])
+
+        queue = wait_until(lambda: len(q := queued()) >= 2 and q, timeout=30,
+                           message="a second replica in the lock queue")  # fmt: skip
+        assert isinstance(queue, list)
         owner = admin.get(f"{folder}/{queue[1]}")[0].decode()
         return next(r.index for r in self.replicas if r.address == owner)
 

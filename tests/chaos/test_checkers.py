@@ -21,7 +21,7 @@ from code_sync.package import make_package
 from devtools.zkserver import ZooKeeperCluster
 from fencing import FencedWriter, LeadershipToken, NotLeaderError
 from fencing.office import take_office
-from tests.chaos.checkers import s1_terms, s2_reflected, s3_code, s4_epochs
+from tests.chaos.checkers import s1_terms, s2_reflected, s3_code, s4_epochs, stale_claims
 from tests.chaos.harness import ROOT, verified_copies
 from tests.chaos.history import Call, History
 from tests.chaos.state import read_state
@@ -270,3 +270,13 @@ def _lead_again(client: KazooClient) -> tuple[Lock, FencedWriter]:
 
 def _touch(base: records.StormBase) -> None:
     base.num_workers += 1
+
+
+def test_stale_claims_sees_an_old_leader_claiming_after_the_new_term() -> None:
+    """Planted: replica 0 (term 3) still answers as leader in a poll after replica 1 claimed
+    term 4. The old check stopped recording at the first sight of term 4 and saw nothing."""
+    polls = [(1.0, {0: 3}), (1.05, {0: 3, 1: 4}), (1.10, {0: 3, 1: 4}), (1.15, {1: 4})]
+    assert len(stale_claims(polls, old=0, epoch=3)) == 2
+    clean = [(1.0, {0: 3}), (1.05, {1: 4}), (1.10, {1: 4})]
+    assert stale_claims(clean, old=0, epoch=3) == []
+    assert stale_claims([(1.0, {0: 3})], old=0, epoch=3) == [], "no newer term: nothing stale"

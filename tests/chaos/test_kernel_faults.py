@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from devtools.netns import Cut, available
+from tests.chaos.checkers import stale_claims
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import Trial, lost_or_duplicated, measure, run_trial
@@ -85,18 +86,22 @@ def test_a_wrongly_preempted_leader_steps_down_and_none_of_its_writes_land(
         try:
             seen: list[tuple[float, dict[int, int]]] = []
 
-            def new_term() -> bool:
+            def poll() -> dict[int, int]:
                 claims = cluster.claims()
                 seen.append((time.monotonic(), claims))
-                return any(e > epoch for e in claims.values())
+                return claims
+
+            def new_term() -> bool:
+                return any(e > epoch for e in poll().values())
 
             wait_until(new_term, timeout=30, interval=0.05, message="the successor's term")
             first_new = seen[-1][0]
-            wait_until(
-                lambda: leader not in cluster.claims(), timeout=5, message="the old leader out"
-            )
-            old_claims_after = [t for t, c in seen if leader in c and t > first_new]
-            assert old_claims_after == [], "the old leader answered as leader after the new"
+            # Keep recording every poll: the old leader must not claim in any of them.
+            wait_until(lambda: leader not in poll(), timeout=5, message="the old leader out")
+            watch_until = time.monotonic() + 0.5  # and not come back: polls for 0.5 s more
+            while time.monotonic() < watch_until:
+                poll()
+            assert stale_claims(seen, leader, epoch) == [], "the old leader claimed after the new"
         finally:
             cluster.heal(leader)
         wait_until(lambda: workload_acks_after(workload, first_new) >= 2, timeout=60)
