@@ -189,23 +189,30 @@ class RecordCache(Generic[M]):
         if self._client.state != KazooState.CONNECTED:
             return  # the reconnect's listener reloads
         with self._guard:
-            if self._retry_timer is not None and self._retry_timer.is_alive():
-                return
+            if self._retry_timer is not None:
+                return  # one is pending; it clears this as it starts
             delay, self._retry_delay = self._retry_delay, min(RETRY_MAX, self._retry_delay * 2)
             self._retry_timer = threading.Timer(delay, self._retry)
             self._retry_timer.daemon = True
             self._retry_timer.start()
 
     def _retry(self) -> None:
+        with self._guard:
+            self._retry_timer = None  # a failure answered from here on schedules anew
         if self._client.state != KazooState.CONNECTED:
             return
-        if self._relist:
-            self._relist = False
-            self._watch_children()
-        with self._guard:
-            failed = sorted(self._failed & self._children)
-        for name in failed:  # only what failed: not 10,000 reads for one
-            self._load(name)
+        try:
+            if self._relist:
+                self._relist = False
+                self._watch_children()
+            with self._guard:
+                failed = sorted(self._failed & self._children)
+            for name in failed:  # only what failed: not 10,000 reads for one
+                self._load(name)
+        except Exception:  # a timer thread dies silently: log, and try again later
+            log.exception("record cache retry of %s failed", self._folder)
+            self._relist = True
+            self._retry_soon()
 
     def _on_children(self, children: list[str], cversion: int) -> None:
         current = set(children)
