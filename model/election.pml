@@ -43,7 +43,10 @@
  *    read it" (versions only grow, so this is exactly the check's outcome).
  *  - Faults begin at quiet moments (between ticks) or in the middle of an operation of
  *    the replica they hit, and end at any moment (see env below). The beat node is
- *    created with the lock node (the code creates it with the first beat, up to H later).
+ *    created with the lock node (the code creates it with the first beat, up to H later;
+ *    a lock node whose beat node stays absent for P is preempted by a multi-op that
+ *    creates and deletes the beat node to prove it absent: not modelled here, as its
+ *    safety rests on the same all-or-nothing multi-op and own-lock-node check).
  *  - Each queued replica watches the node just in front of it (the leader's, or a
  *    winner's that never took office, or a dead one between).
  *  - A beat is sent and applied in one step unless the link is down (the reply never
