@@ -8,15 +8,5 @@ cd "$(dirname "$0")/../.."
 if [ -x /usr/bin/chromium ]; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "no /usr/bin/chromium: the web UI tests will skip (as root: apt-get install chromium)" >&2
-  exit 0
-fi
-mkdir -p .venv
-echo "installing chromium for the web UI tests (first run only; log: .venv/chromium.log)..." >&2
-if ! { apt-get update &&
-       DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } \
-     > .venv/chromium.log 2>&1; then
-  tail -n 30 .venv/chromium.log >&2
-  exit 1
-fi
+. deploy/local/_apt.sh
+apt_install required chromium "the web UI tests" chromium chromium

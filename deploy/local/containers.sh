@@ -21,16 +21,6 @@ done
 if [ ${#missing[@]} = 0 ]; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "no ${missing[*]}: the container tests will skip (as root: $0)" >&2
-  exit 0
-fi
-mkdir -p .venv
-echo "installing ${missing[*]} for the container tests (first run only; log: .venv/containers.log)..." >&2
-if ! { apt-get update &&
-       DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-         podman runc netavark aardvark-dns iptables catatonit uidmap mmdebstrap; } \
-     > .venv/containers.log 2>&1; then
-  tail -n 30 .venv/containers.log >&2
-  exit 1
-fi
+. deploy/local/_apt.sh
+apt_install required "${missing[*]}" "the container tests" containers \
+  podman runc netavark aardvark-dns iptables catatonit uidmap mmdebstrap

@@ -8,16 +8,5 @@ cd "$(dirname "$0")/../.."
 if command -v iptables >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "no iptables/ip: the kernel fault tests will skip (as root: apt-get install iptables iproute2)" >&2
-  exit 0
-fi
-mkdir -p .venv
-echo "installing iptables for the kernel fault tests (first run only; log: .venv/netfilter.log)..." >&2
-if ! { apt-get update &&
-       DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables iproute2; } \
-     > .venv/netfilter.log 2>&1; then
-  tail -n 10 .venv/netfilter.log >&2
-  echo "could not install iptables: the kernel fault tests will skip" >&2
-fi
-exit 0
+. deploy/local/_apt.sh
+apt_install optional "iptables/ip" "the kernel fault tests" netfilter iptables iproute2

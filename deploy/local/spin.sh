@@ -8,16 +8,5 @@ cd "$(dirname "$0")/../.."
 if command -v spin >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "no spin: the model check will skip (as root: apt-get install spin gcc)" >&2
-  exit 0
-fi
-mkdir -p .venv
-echo "installing spin for the model check (first run only; log: .venv/spin.log)..." >&2
-if ! { apt-get update &&
-       DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends spin gcc; } \
-     > .venv/spin.log 2>&1; then
-  tail -n 10 .venv/spin.log >&2
-  echo "could not install spin: the model check will skip" >&2
-fi
-exit 0
+. deploy/local/_apt.sh
+apt_install optional spin "the model check" spin spin gcc
