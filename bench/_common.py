@@ -21,7 +21,10 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
@@ -270,17 +273,55 @@ def load_1min() -> float:
         return float("nan")
 
 
-def print_run_facts(facts: MachineFacts, load_start: float, elapsed_s: float) -> float:
-    """The machine, the load before and after and the wall time, after a blank line, for a
-    bench that starts ZooKeeper and replicas; returns the load at the end."""
-    print()
-    load_end = load_1min()
-    print(facts.line())
-    print(
-        f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; wall time "
-        f"{elapsed_s:.1f} s including ZooKeeper and replica startup"
-    )
-    return load_end
+@dataclass(frozen=True)
+class BenchRun:
+    """One run of a bench that starts ZooKeeper and replicas: its mode, and when and under
+    what load it began. Made as the run starts; its footer ends the run's report."""
+
+    quick: bool
+    began: float
+    load_start: float
+
+    @classmethod
+    def start(cls, *, quick: bool) -> BenchRun:
+        return cls(quick=quick, began=time.monotonic(), load_start=load_1min())
+
+    @property
+    def mode(self) -> str:
+        return "quick" if self.quick else "full"
+
+    def footer(self) -> dict[str, Any]:
+        """Print the machine, the load at start and end and the wall time, after a blank
+        line; return the same figures under the JSON keys every such bench reports."""
+        elapsed_s = time.monotonic() - self.began
+        facts = machine_facts()
+        print()
+        load_end = load_1min()
+        print(facts.line())
+        print(
+            f"load average (1 min) {self.load_start:.2f} at start, {load_end:.2f} at end; "
+            f"wall time {elapsed_s:.1f} s including ZooKeeper and replica startup"
+        )
+        return {
+            "quick": self.quick,
+            "machine": facts.as_dict(),
+            "load_1min_start": round(self.load_start, 2),
+            "load_1min_end": round(load_end, 2),
+            "wall_s": round(elapsed_s, 2),
+        }
+
+
+@contextmanager
+def kept_on_failure(prefix: str, bench: str) -> Iterator[Path]:
+    """A fresh folder for the replicas' logs: removed when the block succeeds, kept (and
+    named on stderr) when it fails, so the logs can be read."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield workdir
+    except BaseException:
+        print(f"bench/{bench}: replica logs kept in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def vm_rss_mib(pid: int) -> float | None:

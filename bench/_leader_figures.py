@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import (
+    BenchRun,
     Summary,
-    machine_facts,
-    print_run_facts,
     print_table,
     summarize_ms,
     summarize_ns,
@@ -59,21 +58,17 @@ def report(
     iterations: int,
     warmup: int,
     trials: int,
-    quick: bool,
     session_timeout: float,
     zk_version: str,
     notes: list[str],
-    load_start: float,
-    elapsed_s: float,
+    bench_run: BenchRun,
 ) -> dict[str, Any]:
-    facts = machine_facts()
-    mode = "quick" if quick else "full"
     session_ms = session_timeout * 1000
     lat = {name: summarize_ns(series.samples_ns) for name, series in calls.items()}
     empty_p50 = lat[EMPTY_CALL].p50_ms
 
     print(
-        f"leader discovery and failover ({mode}): {REPLICAS} `nimbus serve` replicas, "
+        f"leader discovery and failover ({bench_run.mode}): {REPLICAS} `nimbus serve` replicas, "
         f"standalone ZooKeeper {zk_version} on loopback, session timeout {session_timeout:g} s"
     )
     print()
@@ -140,14 +135,13 @@ def report(
     )
     for note in notes:
         print(f"note: {note}")
-    load_end = print_run_facts(facts, load_start, elapsed_s)
+    footer = bench_run.footer()
 
     g = _ms(graceful, lambda t: t.failover_s)
     k = _ms(killed, lambda t: t.failover_s)
     leader_s, empty_s = lat[LEADER_CALL], lat[EMPTY_CALL]
     result: dict[str, Any] = {
         "benchmark": "leader",
-        "quick": quick,
         "replicas": REPLICAS,
         "calls": iterations,
         "warmup": warmup,
@@ -177,9 +171,6 @@ def report(
         "graceful_failover_ms": [round(t.failover_s * 1000, 2) for t in graceful],
         "kill_failover_s": [round(t.failover_s, 4) for t in killed],
         "notes": notes,
-        "machine": facts.as_dict(),
-        "load_1min_start": round(load_start, 2),
-        "load_1min_end": round(load_end, 2),
-        "wall_s": round(elapsed_s, 2),
+        **footer,
     }
     return result

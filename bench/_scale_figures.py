@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from _common import machine_facts, percentile, print_run_facts, print_table
+from _common import BenchRun, percentile, print_table
 from _scale_cluster import REPLICAS, SESSION_TIMEOUT_S, SYNC_INTERVAL_S
 
 TARGET_RATIO = 1.5
@@ -79,19 +79,15 @@ def report(
     results: list[SizeResult],
     *,
     trials: int,
-    quick: bool,
     poll_s: float,
     zk_version: str,
     notes: list[str],
-    load_start: float,
-    elapsed_s: float,
+    bench_run: BenchRun,
 ) -> dict[str, Any]:
-    facts = machine_facts()
-    mode = "quick" if quick else "full"
     small, large = results[0], results[-1]
     print(
-        f"failover and memory by number of active topologies ({mode}): {REPLICAS} `nimbus serve` "
-        f"replicas, standalone ZooKeeper {zk_version} on loopback, session timeout "
+        f"failover and memory by number of active topologies ({bench_run.mode}): {REPLICAS} "
+        f"`nimbus serve` replicas, standalone ZooKeeper {zk_version} on loopback, session timeout "
         f"{SESSION_TIMEOUT_S:g} s, sync interval {SYNC_INTERVAL_S:g} s; every topology ACTIVE, "
         "sharing one package already in both code dirs; no supervisors"
     )
@@ -165,11 +161,10 @@ def report(
     )
     for note in notes:
         print(f"note: {note}")
-    load_end = print_run_facts(facts, load_start, elapsed_s)
+    footer = bench_run.footer()
 
     result: dict[str, Any] = {
         "benchmark": "scale",
-        "quick": quick,
         "topologies": [s.n for s in results],
         "trials": trials,
         "poll_interval_ms": poll_s * 1000,
@@ -186,10 +181,7 @@ def report(
         "leader_elected_10000_ms": round(large.p50_ms("answered_s"), 2),
         "leader_elected_ratio": round(answered_ratio, 3),
         "notes": notes,
-        "machine": facts.as_dict(),
-        "load_1min_start": round(load_start, 2),
-        "load_1min_end": round(load_end, 2),
-        "wall_s": round(elapsed_s, 2),
+        **footer,
     }
     for s in results:
         result[f"replica_rss_mib_{s.n}"] = _r(s.leader_rss_mib, 1)

@@ -65,13 +65,11 @@ from _code_sync_transfers import (
     sync_once,
 )
 from _common import (
+    BenchRun,
     bench_parser,
     exit_on_sigterm,
-    load_1min,
-    machine_facts,
     percentile,
     print_json,
-    print_run_facts,
     print_table,
 )
 from _replicas import zookeeper_version
@@ -213,13 +211,9 @@ def report(
     source: str,
     rounds: int,
     warmup: int,
-    quick: bool,
     zk_version: str,
-    load_start: float,
-    elapsed_s: float,
+    bench_run: BenchRun,
 ) -> dict[str, Any]:
-    facts = machine_facts()
-    mode = "quick" if quick else "full"
     mib = package.mib
     rates = {name: s.mib_per_s(mib) for name, s in series.items()}
     p50_rate = {name: percentile(r, 50) for name, r in rates.items()}
@@ -228,7 +222,7 @@ def report(
     ratio = p50_rate[SYNC] / p50_rate[RAW]
 
     print(
-        f"code sync throughput ({mode}): a {mib:.2f} MiB package ({package.size} bytes; "
+        f"code sync throughput ({bench_run.mode}): a {mib:.2f} MiB package ({package.size} bytes; "
         f"make_package: topology.py + {BLOB_ENTRY} of os.urandom, entries {compression}), "
         f"{REPLICAS} `nimbus serve` replicas, standalone ZooKeeper {zk_version}, loopback"
     )
@@ -278,10 +272,8 @@ def report(
         f"{submitted.e2e_s:.3f} s after it returned{already}, "
         f"{submitted.e2e_from_start_s:.3f} s after it was called"
     )
-    load_end = print_run_facts(facts, load_start, elapsed_s)
     return {
         "benchmark": "code_sync",
-        "quick": quick,
         "package_mib": round(mib, 3),
         "package_bytes": package.size,
         "entry_compression": compression,
@@ -310,16 +302,12 @@ def report(
         "e2e_second_replica_s": round(submitted.e2e_s, 4),
         "e2e_second_replica_from_submit_start_s": round(submitted.e2e_from_start_s, 4),
         "e2e_held_at_submit_return": submitted.held_at_return,
-        "machine": facts.as_dict(),
-        "load_1min_start": round(load_start, 2),
-        "load_1min_end": round(load_end, 2),
-        "wall_s": round(elapsed_s, 2),
+        **bench_run.footer(),
     }
 
 
 def run(*, quick: bool) -> dict[str, Any]:
-    began = time.monotonic()
-    load_start = load_1min()
+    bench_run = BenchRun.start(quick=quick)
     rounds = QUICK_REPETITIONS if quick else FULL_REPETITIONS
     blob_mib = QUICK_BLOB_MIB if quick else FULL_BLOB_MIB
     workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-code-sync-"))
@@ -357,10 +345,8 @@ def run(*, quick: bool) -> dict[str, Any]:
         source=leader.address,
         rounds=rounds,
         warmup=WARMUP_ROUNDS,
-        quick=quick,
         zk_version=zk_version,
-        load_start=load_start,
-        elapsed_s=time.monotonic() - began,
+        bench_run=bench_run,
     )
 
 

@@ -35,9 +35,10 @@ from typing import Any
 
 from _common import (
     BenchError,
+    BenchRun,
     bench_parser,
     exit_on_sigterm,
-    load_1min,
+    kept_on_failure,
     machine_facts,
     percentile,
     print_json,
@@ -196,38 +197,31 @@ def run_trials(cluster: Cluster, signum: signal.Signals, trials: int) -> list[Tr
 
 
 def run(*, quick: bool, session_timeout: float) -> dict[str, Any]:
-    began = time.monotonic()
-    load_start = load_1min()
+    bench_run = BenchRun.start(quick=quick)
     iterations = QUICK_CALLS if quick else FULL_CALLS
     warmup = QUICK_WARMUP if quick else FULL_WARMUP
     trials = QUICK_TRIALS if quick else FULL_TRIALS
-    workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-leader-"))
-    ok = False
-    try:
-        with ZooKeeperCluster(size=1) as zk:
-            zk_version = zookeeper_version(zk.client_ports[0])
-            cluster = Cluster(
-                zookeeper=zk.connect_string,
-                root=f"/bench-{uuid.uuid4().hex[:12]}",
-                workdir=workdir,
-                session_timeout=session_timeout,
-            )
-            try:
-                for _ in range(REPLICAS):
-                    cluster.start_replica()
-                leader = cluster.wait_ready()
-                target = cluster.by_address(leader.replica_id)
-                calls = measure_calls(target, iterations, warmup)
-                graceful = run_trials(cluster, signal.SIGTERM, trials)
-                killed = run_trials(cluster, signal.SIGKILL, trials)
-            finally:
-                cluster.shutdown()
-        ok = True
-    finally:
-        if ok:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"bench/leader.py: replica logs kept in {workdir}", file=sys.stderr)
+    with (
+        kept_on_failure("nimbus-bench-leader-", "leader.py") as workdir,
+        ZooKeeperCluster(size=1) as zk,
+    ):
+        zk_version = zookeeper_version(zk.client_ports[0])
+        cluster = Cluster(
+            zookeeper=zk.connect_string,
+            root=f"/bench-{uuid.uuid4().hex[:12]}",
+            workdir=workdir,
+            session_timeout=session_timeout,
+        )
+        try:
+            for _ in range(REPLICAS):
+                cluster.start_replica()
+            leader = cluster.wait_ready()
+            target = cluster.by_address(leader.replica_id)
+            calls = measure_calls(target, iterations, warmup)
+            graceful = run_trials(cluster, signal.SIGTERM, trials)
+            killed = run_trials(cluster, signal.SIGKILL, trials)
+        finally:
+            cluster.shutdown()
     return report(
         calls,
         graceful,
@@ -236,12 +230,10 @@ def run(*, quick: bool, session_timeout: float) -> dict[str, Any]:
         iterations=iterations,
         warmup=warmup,
         trials=trials,
-        quick=quick,
         session_timeout=session_timeout,
         zk_version=zk_version,
         notes=cluster.notes,
-        load_start=load_start,
-        elapsed_s=time.monotonic() - began,
+        bench_run=bench_run,
     )
 
 

@@ -21,10 +21,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -36,9 +34,11 @@ import _replicas
 from _common import (
     REPO,
     BenchError,
+    BenchRun,
     bench_parser,
     exit_on_sigterm,
     free_port,
+    kept_on_failure,
     load_1min,
     machine_facts,
     percentile,
@@ -221,40 +221,32 @@ def rolling_restart(replicas: list[Replica], writer: Writer, rounds: int) -> lis
 
 
 def run(*, quick: bool) -> dict[str, Any]:
-    began = time.monotonic()
-    load_start = load_1min()
+    bench_run = BenchRun.start(quick=quick)
     rounds = QUICK_ROUNDS if quick else FULL_ROUNDS
     baseline_s = QUICK_BASELINE_S if quick else FULL_BASELINE_S
-    workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-rolling-"))
-    ok = False
-    replicas: list[Replica] = []
-    try:
-        with ZooKeeperCluster(size=1) as zk:
-            version = zookeeper_version(zk.client_ports[0])
-            root = f"/bench-{uuid.uuid4().hex[:12]}"
-            replicas = [new_replica(workdir, zk.connect_string, root) for _ in range(REPLICAS)]
-            try:
-                for replica in replicas:
-                    replica.start()
-                wait_ready(replicas)
-                seeds = [r.address for r in replicas]
-                submit_topology(seeds, workdir)
-                writer = Writer(seeds)
-                writer.start()
-                base_start = time.monotonic()
-                time.sleep(baseline_s)  # steady-state writes: the baseline being measured
-                base_end = time.monotonic()
-                steps = rolling_restart(replicas, writer, rounds)
-                roll_end = time.monotonic()
-                writer.stop()
-            finally:
-                stop_all(replicas, grace=EXIT_TIMEOUT_S)
-        ok = True
-    finally:
-        if ok:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"bench/rolling_restart.py: replica logs kept in {workdir}", file=sys.stderr)
+    with (
+        kept_on_failure("nimbus-bench-rolling-", "rolling_restart.py") as workdir,
+        ZooKeeperCluster(size=1) as zk,
+    ):
+        version = zookeeper_version(zk.client_ports[0])
+        root = f"/bench-{uuid.uuid4().hex[:12]}"
+        replicas = [new_replica(workdir, zk.connect_string, root) for _ in range(REPLICAS)]
+        try:
+            for replica in replicas:
+                replica.start()
+            wait_ready(replicas)
+            seeds = [r.address for r in replicas]
+            submit_topology(seeds, workdir)
+            writer = Writer(seeds)
+            writer.start()
+            base_start = time.monotonic()
+            time.sleep(baseline_s)  # steady-state writes: the baseline being measured
+            base_end = time.monotonic()
+            steps = rolling_restart(replicas, writer, rounds)
+            roll_end = time.monotonic()
+            writer.stop()
+        finally:
+            stop_all(replicas, grace=EXIT_TIMEOUT_S)
     baseline_gap = max_gap(writer.acks, base_start, base_end)
     rolling_gap = max_gap(writer.acks, base_end, roll_end)
     in_roll = [t for t in writer.acks if base_end <= t <= roll_end]
@@ -289,9 +281,9 @@ def run(*, quick: bool) -> dict[str, Any]:
             for s in steps
         ],
         "machine": machine_facts().as_dict(),
-        "load_1min_start": round(load_start, 2),
+        "load_1min_start": round(bench_run.load_start, 2),
         "load_1min_end": round(load_1min(), 2),
-        "wall_s": round(time.monotonic() - began, 1),
+        "wall_s": round(time.monotonic() - bench_run.began, 1),
     }
 
 

@@ -56,10 +56,10 @@ from typing import Any
 import grpc
 from _common import (
     BenchError,
+    BenchRun,
     bench_parser,
     cpu_seconds,
     exit_on_sigterm,
-    load_1min,
     print_json,
     vm_rss_mib,
 )
@@ -292,8 +292,7 @@ def cpu_share(pids: tuple[int, int], seconds: float) -> tuple[float | None, floa
 
 
 def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]:
-    began = time.monotonic()
-    load_start = load_1min()
+    bench_run = BenchRun.start(quick=quick)
     sizes = (SMALL_N, QUICK_LARGE_N if quick else FULL_LARGE_N)
     trials = QUICK_TRIALS if quick else FULL_TRIALS
     workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-scale-"))
@@ -320,12 +319,10 @@ def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]
     return report(
         results,
         trials=trials,
-        quick=quick,
         poll_s=poll_s,
         zk_version=zk_version,
         notes=notes,
-        load_start=load_start,
-        elapsed_s=time.monotonic() - began,
+        bench_run=bench_run,
     )
 
 
