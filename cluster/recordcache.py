@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 from kazoo.client import KazooClient, KazooState
@@ -41,6 +41,19 @@ LOAD_WINDOW = 256
 RETRY_FIRST, RETRY_MAX = 0.1, 2.0
 
 M = TypeVar("M", bound=Message)
+
+
+class FolderView(NamedTuple):
+    """The cache's listing of its folder, and whether it has read every record in it.
+
+    Whether the listing is current is not in here: a caller reads the folder's stat (one
+    small round trip) and compares its ``cversion``; the same number means the children
+    are exactly these, without listing 10,000 of them.
+    """
+
+    children: frozenset[str]
+    cversion: int  # the folder's child version ``children`` reflect (-1: never listed)
+    records_read: bool  # every child's record read once, and no read failed since
 
 
 class RecordCache(Generic[M]):
@@ -101,15 +114,10 @@ class RecordCache(Generic[M]):
         with self._guard:
             return set(self._children)
 
-    def snapshot(self) -> tuple[frozenset[str], int, bool]:
-        """(children, the folder's ``cversion`` they reflect, every record read once).
-
-        A caller that reads the folder's stat (one small round trip) and finds the same
-        ``cversion`` knows the children are exactly these, without listing 10,000 of them.
-        """
+    def snapshot(self) -> FolderView:
         with self._guard:
-            complete = self._pending == 0 and not self._failed
-            return frozenset(self._children), self._cversion, complete
+            records_read = self._pending == 0 and not self._failed
+            return FolderView(frozenset(self._children), self._cversion, records_read)
 
     def hold_back(self, hold: bool) -> None:
         """Stop sending queued reads (True) until released (False).

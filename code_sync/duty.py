@@ -1,7 +1,7 @@
 """Leader-only: mark topologies whose code is gone CODE_MISSING, and revive them.
 
 Runs while the leader's token is alive. A topology no live replica has held for longer
-than ``code_wait`` did not block the election (see ``CodeSyncer.missing``); here the
+than ``code_wait`` did not block the election (see ``CodeGate.request_missing``); here the
 leader records that, fenced: status CODE_MISSING plus an error under
 ``/errors/<id>/nimbus``. It never disappears, and once a replica with its code returns
 (the leader syncs it like any replica) it gets back the status it had (a deactivated
@@ -63,13 +63,13 @@ class CodeMissingDuty:
                 present[base.digest] = self._syncer.store.has(base.digest)
         lacking = any(not present.get(b.digest, False) for b in storms.values())
         if lacking:
-            self._syncer.missing()  # refreshes how long each topology has had no holder
+            self._syncer.gate.request_missing()  # starts or clears the code_wait clocks
         for topology_id, base in sorted(storms.items()):
             held = present.get(base.digest, False)
             if held and base.status != records.CODE_MISSING:
                 continue
             if base.status != records.CODE_MISSING and not held:
-                if self._syncer.code_abandoned(topology_id):
+                if self._syncer.gate.code_abandoned(topology_id):
                     if not self._set_status(topology_id, missing=True):
                         continue
                     self._record_error(

@@ -8,7 +8,8 @@ persistent node: see ``Membership.hold``; readers count only live replicas). Pac
 no topology references any more are removed after a grace period longer than the
 replication wait, so a submission still waiting for replicas never loses its code.
 
-It also answers the elector's code gate (``has_all_code``), from a fresh ZooKeeper read.
+The elector's code gate (``code_sync.gate``) shares what a pass learns: which ids are held
+here, which holders we could not reach. The pass tells it; it asks for a pass.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import grpc
-from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
@@ -33,6 +33,7 @@ from cluster.recordcache import RecordCache
 from cluster.threads import guarded
 from code_sync import held as held_index
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
+from code_sync.gate import CodeGate
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 
 #: How long a pass waits for the record cache's first load before it gives up (and retries).
 RECORDS_WAIT = 60.0
-#: How long a holder we could not connect to is not counted as able to serve its code.
-UNREACHABLE_HOLD = 30.0
 _NO_CONNECTION = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 Fetch = Callable[[str, str], Iterator[bytes]]
@@ -83,14 +82,12 @@ class CodeSyncer:
         self.store = store
         self.storms = storms
         # Topology ids whose own holder node is known to exist (persistent nodes: this
-        # survives sessions), and ids known to be held here with their digest.
+        # survives sessions). Only the pass (under ``_pass_lock``) touches it.
         self._registered: set[str] = set()
-        self._held_ids: dict[str, str] = {}
         self._saved: held_index.Index | None = None  # what the on-disk index says
         self._membership = Membership(client, replica_id, timeout=10.0)
         self._interval = interval
         self._gc_grace = gc_grace
-        self._code_wait = code_wait
         self._fetch: Fetch = fetch or (
             lambda address, digest: fetch_from_peer(address, digest, timeout=download_timeout)
         )
@@ -98,19 +95,21 @@ class CodeSyncer:
         self._on_change = on_change
         self._unreferenced_since: dict[str, float] = {}
         self._orphan_since: dict[str, float] = {}
-        self._holderless_since: dict[str, float] = {}
-        # Holders whose download failed for want of a connection, with when: a live
-        # session in /nimbuses proves a holder reaches ZooKeeper, not that we reach it.
-        self._unreachable: dict[str, float] = {}
-        # Guards the three dicts above: the gate runs on the elector's and the leader's
-        # duty threads while a pass runs on its own. Held only around dict operations,
-        # never around I/O.
-        self._state = threading.Lock()
         self._lag = 0
         self.last_report: SyncReport | None = None  # the latest pass (observability, tests)
         self._wake = threading.Event()
         self._force_pass = False  # the gate found code missing or damaged: look again
         self._force_guard = threading.Lock()
+        self.gate = CodeGate(
+            client,
+            paths,
+            replica_id,
+            store,
+            storms,
+            code_wait=code_wait,
+            clock=clock,
+            request_pass=self.request_pass,
+        )
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
         self._thread = threading.Thread(
@@ -140,104 +139,6 @@ class CodeSyncer:
         """Topologies in ``/storms`` whose code this replica lacked at the last pass."""
         return self._lag
 
-    # -- the gate ---------------------------------------------------------------------------
-
-    def missing(self) -> list[str]:
-        """Topologies that block leadership: in ``/storms`` (now), code not held here.
-
-        A topology whose code no live replica has held for longer than ``code_wait`` does
-        not block (Storm's STORM-3664: a cluster must always be able to elect); the
-        leader then marks it CODE_MISSING.
-
-        "Now" costs one stat of ``/storms`` when the watch-fed cache is current (same
-        child version, every record read): taking office must not list 10,000 topologies.
-        Only ids not yet known to be held here are examined one by one.
-        """
-        names, cversion, complete = self.storms.snapshot()
-        stat = self._client.exists(self._paths.storms)
-        if stat is None:
-            return []
-        ids = names
-        if not complete or int(stat.cversion) != cversion:
-            ids = frozenset(self._client.get_children(self._paths.storms))
-        with self._state:
-            for gone in [tid for tid in self._holderless_since if tid not in ids]:
-                del self._holderless_since[gone]  # bounded by the live topologies
-            held_ids = dict(self._held_ids)
-        # One stat per distinct package (``store.has`` re-hashes only a changed file): a
-        # copy damaged since the last pass must block here, not after we lead.
-        damaged = {d for d in set(held_ids.values()) if not self.store.has(d)}
-        if damaged:
-            held_ids = {tid: d for tid, d in held_ids.items() if d not in damaged}
-            with self._state:
-                for tid, d in list(self._held_ids.items()):
-                    if d in damaged:
-                        del self._held_ids[tid]
-        unknown = ids.difference(held_ids)
-        if not unknown:
-            return []
-        blocking: list[str] = []
-        now = self._clock()
-        held: dict[str, bool] = {}  # many topologies may share one package: check it once
-        live: frozenset[str] | None = None
-        for topology_id in unknown:
-            digest = self._digest_of(topology_id)
-            if digest is None:
-                continue  # removed while we looked
-            if digest and digest not in held:
-                held[digest] = self.store.has(digest)
-            if digest and held[digest]:
-                with self._state:
-                    self._held_ids[topology_id] = digest
-                    self._holderless_since.pop(topology_id, None)
-                continue
-            if live is None:
-                live = live_replicas(self._client, self._paths)
-            holders = [r for r in self._read_holder_names(topology_id) if r != self._id]
-            if any(r in live and self.reachable(r, now) for r in holders):
-                with self._state:
-                    self._holderless_since.pop(topology_id, None)
-                blocking.append(topology_id)
-                continue
-            with self._state:
-                since = self._holderless_since.setdefault(topology_id, now)
-            if now - since < self._code_wait:
-                blocking.append(topology_id)
-        if blocking or damaged:
-            self._request_pass()
-        return sorted(blocking)
-
-    def _digest_of(self, topology_id: str) -> str | None:
-        """A topology's digest: from the cache (it never changes for an id), else read now."""
-        base = self.storms.get(topology_id)
-        if base is not None:
-            return base.digest
-        try:
-            data, _ = self._client.get(self._paths.storm(topology_id))
-        except NoNodeError:
-            return None
-        try:
-            return records.StormBase.FromString(data).digest
-        except DecodeError:
-            return ""
-
-    def reachable(self, holder: str, now: float) -> bool:
-        """False while our last download from ``holder`` failed to connect, within
-        ``UNREACHABLE_HOLD`` seconds: such a holder does not make a topology block the
-        gate, so ``code_wait`` runs and the cluster can still elect."""
-        with self._state:
-            since = self._unreachable.get(holder)
-        return since is None or now - since >= UNREACHABLE_HOLD
-
-    def has_all_code(self) -> bool:
-        return not self.missing()
-
-    def code_abandoned(self, topology_id: str) -> bool:
-        """True once no replica has held this topology's code for longer than ``code_wait``."""
-        with self._state:
-            since = self._holderless_since.get(topology_id)
-        return since is not None and self._clock() - since >= self._code_wait
-
     # -- one pass ----------------------------------------------------------------------------
 
     def prime(self) -> int:
@@ -248,8 +149,7 @@ class CodeSyncer:
         good = {d for d in set(saved.held.values()) if self._has(d)}
         primed = {tid: d for tid, d in saved.held.items() if d in good}
         with self._pass_lock:
-            with self._state:
-                self._held_ids = {**primed, **self._held_ids}
+            self.gate.prime(primed)
             if saved.replica == self._id:  # registrations are this identity's own
                 self._registered |= saved.registered
             self._saved = saved
@@ -268,9 +168,7 @@ class CodeSyncer:
                 # A pass over a partial view would take unloaded topologies for gone ones.
                 raise ConnectionLoss("the record cache is not loaded yet")
             report = self._sync_once()
-            with self._state:
-                held_now = dict(self._held_ids)
-            now = held_index.Index(held_now, frozenset(self._registered), self._id)
+            now = held_index.Index(self.gate.held_ids(), frozenset(self._registered), self._id)
             if now != self._saved:
                 held_index.save(self.store.root, now)
                 self._saved = now
@@ -292,8 +190,7 @@ class CodeSyncer:
         present: dict[str, bool] = {}
         for digest in set(wanted.values()):
             present[digest] = self.store.has(digest)
-        with self._state:
-            self._held_ids = {tid: d for tid, d in wanted.items() if present[d] and tid in storms}
+        self.gate.set_held({tid: d for tid, d in wanted.items() if present[d] and tid in storms})
         self._verify_registrations(wanted, present)
         for topology_id, digest in sorted(wanted.items()):
             if self._stop.is_set():
@@ -316,8 +213,7 @@ class CodeSyncer:
                 report.downloaded.append(topology_id)
                 present[digest] = True
                 if topology_id in storms:
-                    with self._state:
-                        self._held_ids[topology_id] = digest
+                    self.gate.add_held(topology_id, digest)
             if topology_id not in self._registered:
                 try:
                     self._membership.hold(
@@ -388,17 +284,14 @@ class CodeSyncer:
         except NoNodeError:
             return
         if any(c in live for c in children):  # one arrived between the read and the watch
-            self._request_pass()
+            self.request_pass()
 
     def _on_holders_changed(self, event: object) -> None:
-        self._request_pass()
+        self.request_pass()
 
     def request_pass(self) -> None:
-        """A full pass soon (at start, say), in the background."""
-        self._request_pass()
-
-    def _request_pass(self) -> None:
-        """A full pass soon, even if the marker says nothing changed (any thread)."""
+        """A full pass soon, in the background, even if the marker says nothing changed
+        (at start; from the gate; from a watch: any thread)."""
         with self._force_guard:
             self._force_pass = True
         self._wake.set()
@@ -409,14 +302,6 @@ class CodeSyncer:
             self._registered.discard(topology_id)
         except (FencingError, KazooException) as e:
             log.info("could not drop code-distributor node of %s: %s", topology_id, e)
-
-    def _mark_unreachable(self, holder: str) -> None:
-        now = self._clock()
-        with self._state:
-            self._unreachable[holder] = now
-            old = [h for h, t in self._unreachable.items() if now - t > 10 * UNREACHABLE_HOLD]
-            for stale in old:
-                del self._unreachable[stale]  # bounded: old marks are forgotten
 
     def _download(self, topology_id: str, digest: str, holders: list[str]) -> str | None:
         """Fetch from the holders in turn, a few rounds with jittered backoff; None on success."""
@@ -433,14 +318,13 @@ class CodeSyncer:
                         self._fetch(holder, digest), expected_digest=digest, validate=False
                     )
                     log.info("fetched %s (%s) from %s", topology_id, digest[:12], holder)
-                    with self._state:
-                        self._unreachable.pop(holder, None)
+                    self.gate.mark_reachable(holder)
                     return
                 except StoreError:
                     raise  # local disk trouble: no other holder helps now
                 except grpc.RpcError as e:
                     if e.code() in _NO_CONNECTION:
-                        self._mark_unreachable(holder)
+                        self.gate.mark_unreachable(holder)
                     last.append(f"{holder}: {e}")
                 except (PackageRejected, CodeSyncError, OSError) as e:
                     last.append(f"{holder}: {e}")
@@ -487,15 +371,6 @@ class CodeSyncer:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _read_holder_names(self, topology_id: str) -> list[str]:
-        """Holders registered for a topology; connection trouble propagates (it must not
-        read as "nobody holds it", which could let the code gate pass without the code)."""
-        try:
-            names: list[str] = self._client.get_children(self._paths.code_holders(topology_id))
-        except NoNodeError:
-            return []
-        return names
-
     def _poke(self, children: list[str]) -> None:
         self._wake.set()
 
@@ -504,12 +379,12 @@ class CodeSyncer:
         versions of ``/storms`` (as the watch-fed cache reflects it), of
         ``/code-distributor`` (in-flight submissions) and of ``/nimbuses`` (who can serve
         a download). A topology's digest never changes."""
-        _, cversion, complete = self.storms.snapshot()
+        _, cversion, records_read = self.storms.snapshot()
         holders = self._client.exists(self._paths.code_distributor)
         nimbuses = self._client.exists(self._paths.nimbuses)
         return (
             cversion,
-            complete,
+            records_read,
             int(holders.cversion) if holders is not None else -1,
             int(nimbuses.cversion) if nimbuses is not None else -1,
         )

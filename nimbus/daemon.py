@@ -120,7 +120,7 @@ class NimbusDaemon:
                 session_timeout=config.session_timeout,
                 beats=config.beats,
             ),
-            has_all_code=has_all_code or self.syncer.has_all_code,
+            has_all_code=has_all_code or self.syncer.gate.request_all_code,
             on_elected=self._elected,
             on_deposed=self._deposed,
             leader_hint=self._leader_hint,

@@ -135,8 +135,8 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
             interval=1.0, gc_grace=600.0, code_wait=0.0,
         )  # fmt: skip
         duty = CodeMissingDuty(zk_client, Paths(ROOT), "leader:1", syncer, writer, interval=1.0)
-        assert syncer.missing() == []  # no live holder, code_wait 0: it does not block
-        assert syncer.code_abandoned("wc-1-1"), "the duty would act on this view"
+        assert syncer.gate.request_missing() == []  # no live holder, code_wait 0: it does not block
+        assert syncer.gate.code_abandoned("wc-1-1"), "the duty would act on this view"
         assert duty.run_once() == []
         data, stat = zk_client.get(PATHS.storm("wc-1-1"))
         assert records.StormBase.FromString(data).status == records.KILLED, "kill overwritten"
@@ -203,13 +203,13 @@ def test_a_live_holder_we_cannot_download_from_does_not_block_the_gate_past_code
         zk_client, PATHS, "me:1", store, storms,
         interval=1.0, gc_grace=600.0, code_wait=5.0, clock=lambda: now[0],
     )  # fmt: skip
-    assert syncer.missing() == ["wc-1-1"], "a live holder: worth waiting for"
+    assert syncer.gate.request_missing() == ["wc-1-1"], "a live holder: worth waiting for"
     report = syncer.sync_once()
     assert report.failed, "the download cannot connect"
-    assert syncer.missing() == ["wc-1-1"], "code_wait starts now"
+    assert syncer.gate.request_missing() == ["wc-1-1"], "code_wait starts now"
     now[0] += 6.0
-    assert syncer.missing() == []
-    assert syncer.code_abandoned("wc-1-1")
+    assert syncer.gate.request_missing() == []
+    assert syncer.gate.code_abandoned("wc-1-1")
 
 
 def test_a_restarted_replica_passes_its_gate_from_its_own_index(
@@ -237,7 +237,7 @@ def test_a_restarted_replica_passes_its_gate_from_its_own_index(
     first.sync_once()  # writes the index
     second = syncer()  # its cache never started: only the index can tell
     assert second.prime() == 3
-    assert second.missing() == []
+    assert second.gate.request_missing() == []
     (store.root / digest).write_bytes(b"damaged")
     third = syncer()
     assert third.prime() == 0, "a digest the store cannot verify is not primed"
@@ -257,13 +257,13 @@ def test_the_gates_memory_of_holderless_topologies_forgets_removed_ones(
     )  # fmt: skip
     for i in range(50):
         zk_client.create(PATHS.storm(f"gone-{i}-1"), base.SerializeToString())
-    assert len(syncer.missing()) == 50  # no holder anywhere: code_wait runs for each
+    assert len(syncer.gate.request_missing()) == 50  # no holder anywhere: code_wait runs for each
     now[0] += 6.0
-    assert syncer.missing() == [] and syncer.code_abandoned("gone-0-1")
+    assert syncer.gate.request_missing() == [] and syncer.gate.code_abandoned("gone-0-1")
     for i in range(50):
         zk_client.delete(PATHS.storm(f"gone-{i}-1"))
-    assert syncer.missing() == []
-    assert not syncer.code_abandoned("gone-0-1"), "a removed topology is forgotten"
+    assert syncer.gate.request_missing() == []
+    assert not syncer.gate.code_abandoned("gone-0-1"), "a removed topology is forgotten"
 
 
 def test_a_code_dir_taken_over_by_another_address_registers_its_own_holder_nodes(

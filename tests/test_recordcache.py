@@ -76,7 +76,9 @@ def test_changes_made_after_a_reconnect_reach_the_cache(
                 lambda: cache.names() == {"a-1-1", *fillers}, timeout=10, message="a removal"
             )
             assert cache.get("b-2-2") is None
-            wait_until(lambda: cache.snapshot()[2], timeout=10, message="every record read")
+            wait_until(
+                lambda: cache.snapshot().records_read, timeout=10, message="every record read"
+            )
         finally:
             client.stop()
             client.close()
