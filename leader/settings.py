@@ -71,6 +71,16 @@ class BeatSettings:
                 "leader could still claim or act when the replica behind it takes over"
             )
 
+    @property
+    def closed_window(self) -> float:
+        """The silence window for a replica whose process is heard dead (its kernel closed
+        our connection to it: ``leader.peer_link``): its claim lease is over by then,
+        ``L*(1+rho) + H <= W*(1-rho)``. Never longer than P."""
+        window = (self.leader_lease * (1 + CLOCK_RATE_BOUND) + self.interval) / (
+            1 - CLOCK_RATE_BOUND
+        )
+        return min(window, self.silence_window) if self.silence_window else 0.0
+
 
 class GateStage(enum.Enum):
     """When the code gate runs: before queueing it is waited on; after winning, a miss

@@ -16,6 +16,11 @@ Why P suffices (DESIGN item 8): the window starts when we *received* the version
 its commit, and the target's last acknowledged beat was sent before that commit. The target
 claims leadership only until that send time + L on its clock, so with
 ``L*(1+rho) + T_op <= P*(1-rho)`` its claims and unfenced actions are over before we act.
+
+A target whose process is heard dead (its kernel closed our held connection to it, and no
+connect since succeeded: ``leader.peer_link``) is given the shorter ``closed_window``,
+``L*(1+rho) + H`` over ``1-rho``: its claims are over by then all the same; T_op is left
+out because a dead process acts no more (were it alive after all, its writes stay fenced).
 """
 
 from __future__ import annotations
@@ -46,16 +51,22 @@ class Decision:
     target: str | None = None  # the lock node in front of ours
     version: int | None = None  # its beat node's version, unchanged for the window
     wake_at: float | None = None  # decide again then (None: on the next input)
+    short: bool = False  # the shorter window of a target heard dead
 
 
 class SilenceMachine:
     """Not thread-safe: the caller serialises inputs (``leader.silence_watch`` holds a lock)."""
 
-    def __init__(self, *, window: float, own_gap: float) -> None:
+    def __init__(
+        self, *, window: float, own_gap: float, closed_window: float | None = None
+    ) -> None:
         if window <= 0 or own_gap <= 0:
             raise ValueError(f"window and own_gap must be > 0, got {window} and {own_gap}")
         self._window = window
         self._own_gap = own_gap
+        # The window once the target's process is heard dead (``leader.peer_link``).
+        self._closed_window = min(window, closed_window or window)
+        self._closed = False
         self.target: str | None = None
         self._version: int | None = None
         self._version_since = 0.0
@@ -71,6 +82,13 @@ class SilenceMachine:
         """The lock node in front of ours is now ``target`` (None: we are first, or out)."""
         if target != self.target:
             self.target, self._version, self._version_since = target, None, now
+            self._closed = False
+
+    def peer_closed(self, target: str, closed: bool) -> None:
+        """Whether the held connection to ``target``'s process was closed by its kernel
+        and not reopened: a dead process, so its beat's silence needs a shorter window."""
+        if target == self.target:
+            self._closed = closed
 
     def saw(self, target: str, version: int | None, now: float) -> None:
         """A read of ``target``'s beat node answered at ``now`` (None: no beat node)."""
@@ -112,11 +130,10 @@ class SilenceMachine:
         if self._own_sent is None or now - self._own_sent > self._own_gap:
             return Decision(Verdict.OWN_BEATS_LAPSED, self.target, self._version)
         since = max(self._version_since, self._connected_since, self._own_since)
-        if now - since >= self._window:
-            return Decision(Verdict.SILENT, self.target, self._version)
+        window = self._closed_window if self._closed else self._window
+        if now - since >= window:
+            return Decision(Verdict.SILENT, self.target, self._version, short=self._closed)
         # Also decide again when our own beats would count as lapsed: a beat stuck in
         # flight sends no input, and the verdict must not stay WATCHING past it.
         lapse = self._own_sent + self._own_gap
-        return Decision(
-            Verdict.WATCHING, self.target, self._version, min(since + self._window, lapse)
-        )
+        return Decision(Verdict.WATCHING, self.target, self._version, min(since + window, lapse))

@@ -28,6 +28,7 @@ from fencing.beats import preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
 from leader.discovery import LeaderCache
+from leader.peer_link import PeerLink
 from leader.settings import BeatSettings
 from leader.silence import ABSENT, Decision, SilenceMachine, Verdict
 
@@ -65,8 +66,11 @@ class SilenceWatch:
         self._clock = clock
         self._enabled = settings.silence_window > 0
         self._machine = SilenceMachine(  # 0 turns the watch off: never started
-            window=settings.silence_window or float("inf"), own_gap=settings.leader_lease
+            window=settings.silence_window or float("inf"),
+            own_gap=settings.leader_lease,
+            closed_window=settings.closed_window or None,
         )
+        self._link = PeerLink(self._poke, clock=clock)
         self._guard = threading.Lock()  # inputs come from kazoo's threads and the beater
         self._stale = True  # the target's beat node must be read again
         self._wake = threading.Event()
@@ -84,11 +88,13 @@ class SilenceWatch:
         self._client.add_listener(self._on_state)
         self._on_state(self._client.state)
         self._cache.add_listener(self._poke)
+        self._link.start()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._link.stop()
         if self._enabled:
             self._client.remove_listener(self._on_state)
 
@@ -151,12 +157,28 @@ class SilenceWatch:
                 self._stale = True
             read = self._stale and target is not None
             self._stale = False
+        address = self._address_of(target)
+        self._link.follow(address)
         if read and target is not None:
             stat = self._client.exists(self._paths.beat(target), watch=self._on_beat_event)
             with self._guard:
                 self._machine.saw(target, None if stat is None else stat.version, self._clock())
         with self._guard:
+            if target is not None:
+                self._machine.peer_closed(
+                    target, address is not None and self._link.closed(address)
+                )
             return self._machine.decide(self._clock())
+
+    def _address_of(self, target: str | None) -> str | None:
+        """The leader's address when ``target`` is the leader's lock node (a queued
+        replica's address is not published)."""
+        leader = self._cache.leader()
+        if target is None or leader is None or leader.address == self._id:
+            return None
+        if leader.lock_node.rsplit("/", 1)[-1] != target.rsplit("/", 1)[-1]:
+            return None
+        return leader.address
 
     def _target(self) -> str | None:
         """The lock node just in front of ours (the leader's, or a queued one's)."""
@@ -200,7 +222,8 @@ class SilenceWatch:
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
         seen = "no beat node" if version == ABSENT else f"beat version {version} unchanged"
-        evidence = f"{who} silent: {seen} for the window"
+        dead = ", its process heard dead (connection closed)" if decision.short else ""
+        evidence = f"{who} silent: {seen} for the window{dead}"
         log.warning("%s: preempted %s", self._id, evidence)
         if self._on_preempt is not None:
             self._on_preempt(evidence)

@@ -167,3 +167,56 @@ def test_nimbus_serve_config_refuses_a_set_breaking_the_rule() -> None:
     assert make_config(**base).beats == BeatSettings()
     with pytest.raises(ConfigError, match=r"T_op <= P\*\(1-rho\)"):
         make_config(**base, leader_lease=1.5, silence_window=2.0)
+
+
+CLOSED_WINDOW = BeatSettings().closed_window
+
+
+def test_a_target_heard_dead_is_silent_after_the_short_window_only() -> None:
+    """The held connection to the leader closed by its kernel (a killed container, whose
+    address then goes silent): its silence counts after L*(1+rho) + H, not P; its claim
+    lease is over by then. Reopened, the full window is back."""
+    assert BeatSettings(leader_lease=0.8, interval=0.2).closed_window == pytest.approx(
+        (0.8 * (1 + CLOCK_RATE_BOUND) + 0.2) / (1 - CLOCK_RATE_BOUND)
+    )
+    assert BeatSettings(silence_window=0).closed_window == 0.0  # off stays off
+    clock = Clock()
+    m = SilenceMachine(window=P, own_gap=GAP, closed_window=CLOSED_WINDOW)
+    m.connection(True, clock())
+    m.own_beat(clock(), clock())
+    m.watch(LEADER, clock())
+    m.saw(LEADER, 7, clock())
+    m.peer_closed(LEADER, True)
+    run(m, clock, CLOSED_WINDOW - 0.01)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, 0.01)
+    d = m.decide(clock())
+    assert (d.verdict, d.version, d.short) == (Verdict.SILENT, 7, True)
+    m.peer_closed(LEADER, False)  # a connect succeeded: alive after all
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    m.peer_closed("/storm/leader-lock/other", True)  # about another node: ignored
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, P - CLOSED_WINDOW)
+    assert m.decide(clock()).short is False and m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_heard_dead_never_overrides_the_stall_guards() -> None:
+    """A closed connection does not make a stall of ZooKeeper (our own beats lapsed) or
+    our own disconnect look like silence."""
+    clock = Clock()
+    m = SilenceMachine(window=P, own_gap=GAP, closed_window=CLOSED_WINDOW)
+    m.connection(True, clock())
+    m.own_beat(clock(), clock())
+    m.watch(LEADER, clock())
+    m.saw(LEADER, 7, clock())
+    m.peer_closed(LEADER, True)
+    run(m, clock, CLOSED_WINDOW + 0.1, own_beats=False)
+    assert m.decide(clock()).verdict is Verdict.OWN_BEATS_LAPSED
+    m.connection(False, clock())
+    assert m.decide(clock()).verdict is Verdict.DISCONNECTED
+    m.watch(None, clock())
+    m.watch(LEADER, clock())  # a new target starts with no evidence
+    m.connection(True, clock())
+    m.saw(LEADER, 7, clock())
+    run(m, clock, CLOSED_WINDOW + 0.1)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
