@@ -40,7 +40,7 @@ from cluster import __version__
 from cluster.api import records
 from cluster.factory import connect, make_kazoo_client
 from cluster.paths import Paths, parse_worker_name, worker_name
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from fencing import FencingError, Membership, ensure_folders
 from pipeline.supervisor_config import SupervisorConfig, resolved
 from pipeline.supervisor_flags import WorkerOptions, add_worker_arguments, worker_options
@@ -108,11 +108,7 @@ class Supervisor:
         self._rescan = True
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("supervisor", self._run, stopping=self._stop.is_set),
-            name="supervisor",
-            daemon=True,
-        )
+        self._thread = guarded_thread("supervisor", self._run, self._stop)
         # Worker processes. Their ``lock`` makes heartbeat ownership exact: a slot's beat is
         # written by the supervisor only while no process of it lives, checked and written
         # under the lock that starting and reaping a worker also take.
@@ -120,11 +116,7 @@ class Supervisor:
             config, self.client, self._paths, stopping=self._stop.is_set
         )
         self._manage_wake = threading.Event()
-        self._manager = threading.Thread(
-            target=guarded("workers", self._manage, stopping=self._stop.is_set),
-            name="workers",
-            daemon=True,
-        )
+        self._manager = guarded_thread("workers", self._manage, self._stop)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -7,13 +7,14 @@ leader that did no work, and checks what a user would see.
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from cluster.paths import Paths
-from cluster.threads import guarded
+from cluster.threads import guarded, guarded_thread
 from nimbus.client import NimbusClient
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
@@ -43,6 +44,23 @@ def test_a_guarded_loop_survives_surprises_and_ends_when_told() -> None:
 
     guarded("test", failing, stopping=lambda: stop[0], sleep=slept.append)()
     assert slept == [0.5, 0.5]
+
+
+def test_a_guarded_thread_is_a_named_daemon_that_ends_when_its_event_is_set() -> None:
+    stop = threading.Event()
+    failures: list[int] = []
+
+    def body() -> None:
+        if not stop.is_set():
+            failures.append(1)
+            stop.set()  # set while failing: the loop ends instead of restarting
+            raise RuntimeError("surprise")
+
+    thread = guarded_thread("test-loop", body, stop, backoff=0.01)
+    assert thread.name == "test-loop" and thread.daemon
+    thread.start()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and failures == [1]
 
 
 def test_a_gate_that_cannot_read_its_store_does_not_keep_the_cluster_leaderless(
