@@ -7,6 +7,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -70,6 +73,15 @@ class Replica:
     def send(self, signum: int) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signum)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP for the block, SIGCONT after it however the block ends."""
+        self.send(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.send(signal.SIGCONT)
 
     def stop(self, signum: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc is None:
@@ -146,3 +158,15 @@ def wait_for_agreed_leader(
         logs = "\n".join(f"--- {r.address}\n{r.log_tail()}" for r in replicas)
         raise AssertionError(f"{e}\n{logs}") from None
     return found[-1]
+
+
+def failover_while_paused(
+    leader: Replica, replicas: list[Replica], *, epoch: int, timeout: float
+) -> tuple[pb.GetLeaderAddressResponse, float]:
+    """Pause ``leader`` until the other replicas agree on a leader of a term newer than
+    ``epoch``; that leader's reply, and the seconds from the SIGSTOP until it was seen."""
+    rest = [r for r in replicas if r is not leader]
+    paused_at = time.monotonic()
+    with leader.paused():
+        new = wait_for_agreed_leader(rest, timeout=timeout, newer_than=epoch)
+        return new, time.monotonic() - paused_at

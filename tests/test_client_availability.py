@@ -184,11 +184,8 @@ def test_a_submit_while_the_leader_is_frozen_succeeds(three: list[Replica], tmp_
     seeds = seeds_of(three)
     leader = leader_of(three)
     path, _ = package(tmp_path, "frozen")
-    leader.send(signal.SIGSTOP)
-    try:
+    with leader.paused():
         submitted = submit_cli(path, "frozen", seeds)
-    finally:
-        leader.send(signal.SIGCONT)
     assert submitted.returncode == 0, submitted.stderr
     listed = nimbus("list", "--seeds", seeds, "--json")
     assert listed.returncode == 0, listed.stderr

@@ -65,6 +65,13 @@ def sink_counts(folder: Path, key: str = "word", value: str = "count") -> Counte
     return Counter({k[0]: row[value] for k, row in latest.items()})
 
 
+def refusal(builder: TopologyBuilder) -> TopologyError:
+    """The error ``builder.build()`` raises (the test fails if it builds)."""
+    with pytest.raises(TopologyError) as caught:
+        builder.build()
+    return caught.value
+
+
 def wordcount(inp: Path, out: Path, split: Any = None) -> TopologyBuilder:
     builder = TopologyBuilder()
     builder.set_spout("sentences", FilesSpout(inp))
@@ -85,9 +92,8 @@ def test_a_cycle_is_refused_naming_its_components(tmp_path: Path) -> None:
     builder.set_bolt("b", Where("true")).shuffle_grouping("a")
     builder.set_bolt("c", Where("true")).shuffle_grouping("b")
     builder.set_bolt("out", CallbackSink(lambda df, i: None)).shuffle_grouping("c")
-    with pytest.raises(TopologyError) as caught:
-        builder.build()
-    message = str(caught.value)
+    error = refusal(builder)
+    message = str(error)
     assert "Spark runs DAGs" in message
     assert "a -> b -> c -> a" in message
 
@@ -104,11 +110,10 @@ def test_a_bolt_subscribed_to_itself_is_a_cycle(tmp_path: Path) -> None:
 def test_a_grouping_on_an_unknown_component_is_refused(tmp_path: Path) -> None:
     builder = wordcount(tmp_path, tmp_path / "out")
     builder.set_bolt("extra", Where("true")).shuffle_grouping("splitt")
-    with pytest.raises(TopologyError) as caught:
-        builder.build()
-    assert caught.value.component == "extra"
-    assert "unknown component 'splitt'" in str(caught.value)
-    assert "did you mean 'split'" in str(caught.value)
+    error = refusal(builder)
+    assert error.component == "extra"
+    assert "unknown component 'splitt'" in str(error)
+    assert "did you mean 'split'" in str(error)
 
 
 def test_a_grouping_on_an_undeclared_field_is_refused(tmp_path: Path) -> None:
@@ -117,11 +122,10 @@ def test_a_grouping_on_an_undeclared_field_is_refused(tmp_path: Path) -> None:
     builder.set_bolt("split", Split("line", "word")).shuffle_grouping("sentences")
     builder.set_bolt("count", RunningCount("word")).fields_grouping("split", "wrd")
     builder.set_bolt("out", FileSink(tmp_path / "o")).global_grouping("count")
-    with pytest.raises(TopologyError) as caught:
-        builder.build()
-    assert caught.value.component == "count"
-    assert "undeclared field 'wrd'" in str(caught.value)
-    assert "'split' declares ['word']" in str(caught.value)
+    error = refusal(builder)
+    assert error.component == "count"
+    assert "undeclared field 'wrd'" in str(error)
+    assert "'split' declares ['word']" in str(error)
 
 
 def test_a_bolt_reading_an_undeclared_field_is_refused(tmp_path: Path) -> None:
@@ -139,10 +143,9 @@ def test_parallelism_below_one_is_refused(tmp_path: Path, parallelism: int) -> N
     builder.set_spout("sentences", FilesSpout(tmp_path))
     builder.set_bolt("split", Split("line"), parallelism).shuffle_grouping("sentences")
     builder.set_bolt("out", CallbackSink(lambda df, i: None)).shuffle_grouping("split")
-    with pytest.raises(TopologyError) as caught:
-        builder.build()
-    assert caught.value.component == "split"
-    assert f"parallelism must be an integer >= 1, got {parallelism}" in str(caught.value)
+    error = refusal(builder)
+    assert error.component == "split"
+    assert f"parallelism must be an integer >= 1, got {parallelism}" in str(error)
 
 
 def test_a_stateful_bolt_needs_its_keys_grouped(tmp_path: Path) -> None:

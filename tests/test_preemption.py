@@ -19,7 +19,7 @@ from cluster.factory import make_kazoo_client
 from cluster.paths import Paths
 from leader.discovery import LeaderInfo
 from leader.preemption import Preemptor, PreemptSettings, Probe
-from tests.cluster import Replica, wait_for_agreed_leader
+from tests.cluster import Replica, failover_while_paused, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 from tests.test_scheduler import lead
 from tests.waiting import wait_until
@@ -89,14 +89,7 @@ def test_a_paused_leader_is_not_preempted_by_the_probe(spawn: Spawn) -> None:
         for _ in range(3)
     ]
     leader, epoch = _leader(replicas)
-    rest = [r for r in replicas if r is not leader]
-    paused_at = time.monotonic()
-    leader.send(signal.SIGSTOP)
-    try:
-        new = wait_for_agreed_leader(rest, timeout=session_timeout * 4, newer_than=epoch)
-        took = time.monotonic() - paused_at
-    finally:
-        leader.send(signal.SIGCONT)
+    new, took = failover_while_paused(leader, replicas, epoch=epoch, timeout=session_timeout * 4)
     assert new.replica_id != leader.address
     assert took >= session_timeout * 0.8, f"a pause was preempted after {took:.2f}s"
     wait_until(lambda: leader.health() == "SERVING", timeout=30, message="the old leader back")

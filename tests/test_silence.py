@@ -7,7 +7,6 @@ Waiting for expiry could never meet it at T = 20 s.
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from cluster.api import pb
 from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster
 from nimbus.client import NimbusClient
-from tests.cluster import Replica, agreed_leader, wait_for_agreed_leader
+from tests.cluster import Replica, agreed_leader, failover_while_paused, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.waiting import wait_until
 
@@ -35,14 +34,7 @@ def _three(spawn: Spawn, zookeeper: str | None = None) -> tuple[list[Replica], R
 
 def test_a_paused_leader_is_replaced_within_seconds_not_a_session_timeout(spawn: Spawn) -> None:
     replicas, leader, epoch = _three(spawn)
-    rest = [r for r in replicas if r is not leader]
-    paused_at = time.monotonic()
-    leader.send(signal.SIGSTOP)
-    try:
-        new = wait_for_agreed_leader(rest, timeout=T * 2, newer_than=epoch)
-        took = time.monotonic() - paused_at
-    finally:
-        leader.send(signal.SIGCONT)
+    new, took = failover_while_paused(leader, replicas, epoch=epoch, timeout=T * 2)
     assert new.replica_id != leader.address
     assert took < BOUND_S, f"failover after a SIGSTOP took {took:.2f}s at T={T}"
     # Woken, the old leader never claims: its lock node is gone, its lease long lapsed.
@@ -71,11 +63,8 @@ def _unmoved(replicas: list[Replica], leader: Replica, epoch: int) -> None:
 
 def test_a_one_second_pause_of_the_leader_moves_nothing(spawn: Spawn) -> None:
     replicas, leader, epoch = _three(spawn)
-    leader.send(signal.SIGSTOP)
-    try:
+    with leader.paused():
         time.sleep(1.0)  # the fault itself: a one-second pause
-    finally:
-        leader.send(signal.SIGCONT)
     _unmoved(replicas, leader, epoch)
 
 
