@@ -13,7 +13,8 @@ from kazoo.client import KazooClient
 from cluster.paths import Paths
 from leader.elector import Elector
 from leader.settings import ElectorSettings
-from nimbus.client import NimbusClient, NoLeaderError, _Retry, backoff_cap
+from nimbus.client import NimbusClient, NoLeaderError, backoff_cap
+from nimbus.discovery import Retry as _Retry
 from tests.waiting import wait_until
 
 ROOT = "/storm"
