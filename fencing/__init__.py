@@ -9,6 +9,7 @@ commit markers, and the lease that bounds how long a leader trusts its lock. It 
 
 from fencing.duty import run_duty
 from fencing.errors import (
+    ConflictReason,
     FencingError,
     LeaseLapsedError,
     MembershipError,
@@ -25,6 +26,7 @@ from fencing.writer import FencedWriter, stamp_epoch
 __all__ = [
     "CancelReason",
     "Check",
+    "ConflictReason",
     "Create",
     "Delete",
     "FencedWriter",

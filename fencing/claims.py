@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient, KazooState
 
 from fencing import txn
-from fencing.errors import FencingError, WriteConflictError
+from fencing.errors import ConflictReason, FencingError, WriteConflictError
 from fencing.ops import Check, Create, Delete, Op, SetData
 
 
@@ -82,7 +82,7 @@ def take_claim(
         raise StaleAssignmentError(
             f"{assignment_path} changed since it was read at version {assignment_version}"
         ) from error
-    if index == 2 and txn.conflict_for(ops[2], error).reason == "exists":
+    if index == 2 and txn.conflict_for(ops[2], error).reason is ConflictReason.EXISTS:
         raise ClaimHeldError(f"{claim_path} is held by another worker") from error
     raise txn.conflict_for(ops[index], error) from error
 
@@ -111,7 +111,7 @@ def commit_marker(
             "nothing was committed"
         ) from error
     conflict = txn.conflict_for(ops[index], error)
-    if conflict.reason == "exists":
+    if conflict.reason is ConflictReason.EXISTS:
         return False
     raise conflict from error
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 from cluster.errors import NimbusError
 
 
@@ -32,14 +34,24 @@ class LeaseLapsedError(NotLeaderError):
     """
 
 
+class ConflictReason(enum.Enum):
+    """What a failed target operation met: what callers decide on. The words are for people."""
+
+    BAD_VERSION = "bad-version"  # a compare-and-set lost: the node changed since read
+    EXISTS = "exists"  # a create found the node there
+    NO_NODE = "no-node"  # the target (or a create's parent) does not exist
+    NOT_EMPTY = "not-empty"  # a delete found children
+    OTHER = "other"  # anything else ZooKeeper refused; the message names it
+
+
 class WriteConflictError(FencingError):
     """The leader's check passed but a target operation failed: nothing was written.
 
     A conflict with other state (node exists, wrong version, missing target) is the
-    caller's business and leaves leadership alone.
+    caller's business and leaves leadership alone. ``reason`` says which.
     """
 
-    def __init__(self, message: str, *, path: str, reason: str) -> None:
+    def __init__(self, message: str, *, path: str, reason: ConflictReason) -> None:
         super().__init__(message)
         self.path = path
         self.reason = reason

@@ -17,7 +17,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from fencing import txn
-from fencing.errors import MembershipError, WriteConflictError, WriteOutcomeUnknown
+from fencing.errors import (
+    ConflictReason,
+    MembershipError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+)
 from fencing.ops import Create, Delete, SetData
 
 
@@ -56,7 +61,7 @@ class Membership:
                 self._commit([Create(path, data, ephemeral=True)])
                 return
             except WriteConflictError as e:
-                if e.reason != "exists":
+                if e.reason is not ConflictReason.EXISTS:
                     raise
             stat = self._client.exists(path)
             if stat is None:
@@ -120,7 +125,7 @@ class Membership:
                     self._commit([Create(path, data)])
                     return
                 except WriteConflictError as e:
-                    if e.reason != "no-node" or not parent:
+                    if e.reason is not ConflictReason.NO_NODE or not parent:
                         continue
                 # The folder is missing: create it and the node in one step, so nobody
                 # sees the folder empty (to a code syncer an empty folder is a
@@ -129,7 +134,7 @@ class Membership:
                     self._commit([Create(parent), Create(path, data)])
                     return
                 except WriteConflictError as e:
-                    if e.reason == "no-node":
+                    if e.reason is ConflictReason.NO_NODE:
                         self._client.ensure_path(parent.rsplit("/", 1)[0] or "/")
                     continue
             if data_now == data:
@@ -202,7 +207,7 @@ class Membership:
                 self._commit([op])
                 return
             except WriteConflictError as e:
-                if e.reason == "no-node" and parent:
+                if e.reason is ConflictReason.NO_NODE and parent:
                     self._client.ensure_path(parent)  # the folder was cleaned up; make it again
         raise MembershipError(f"could not write {path}: it keeps changing under us")
 
@@ -243,7 +248,7 @@ class Membership:
         try:
             self._commit([Delete(path)])
         except WriteConflictError as e:
-            if e.reason == "no-node":
+            if e.reason is ConflictReason.NO_NODE:
                 return False
             raise
         return True

@@ -29,7 +29,12 @@ from kazoo.protocol import serialization as ks
 from kazoo.protocol.paths import _prefix_root
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from fencing.errors import VersionConflictError, WriteConflictError, WriteOutcomeUnknown
+from fencing.errors import (
+    ConflictReason,
+    VersionConflictError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+)
 from fencing.ops import Check, Create, Op, SetData
 
 _UNKNOWN_OUTCOME = (
@@ -170,20 +175,26 @@ def conflict_for(op: Op, error: Exception) -> WriteConflictError:
         return VersionConflictError(
             f"{op.path} changed since it was read (expected version {version})",
             path=op.path,
-            reason="bad-version",
+            reason=ConflictReason.BAD_VERSION,
         )
     if isinstance(error, NodeExistsError):
-        return WriteConflictError(f"{op.path} already exists", path=op.path, reason="exists")
+        return WriteConflictError(
+            f"{op.path} already exists", path=op.path, reason=ConflictReason.EXISTS
+        )
     if isinstance(error, NoNodeError):
         return WriteConflictError(
-            f"{op.path} (or its parent) does not exist", path=op.path, reason="no-node"
+            f"{op.path} (or its parent) does not exist",
+            path=op.path,
+            reason=ConflictReason.NO_NODE,
         )
     if isinstance(error, NotEmptyError):
         return WriteConflictError(
-            f"{op.path} has children and cannot be deleted", path=op.path, reason="not-empty"
+            f"{op.path} has children and cannot be deleted",
+            path=op.path,
+            reason=ConflictReason.NOT_EMPTY,
         )
     return WriteConflictError(
         f"{type(op).__name__} of {op.path} failed: {type(error).__name__}",
         path=op.path,
-        reason=type(error).__name__,
+        reason=ConflictReason.OTHER,
     )

@@ -21,6 +21,7 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from fencing import (
     Check,
+    ConflictReason,
     Create,
     Delete,
     FencedWriter,
@@ -86,13 +87,13 @@ def test_a_failed_target_is_a_conflict_that_writes_nothing_and_keeps_leadership(
     writer.create(f"{ROOT}/data/a")
     with pytest.raises(WriteConflictError) as exists:
         writer.batch([Create(f"{ROOT}/data/b"), Create(f"{ROOT}/data/a")])
-    assert exists.value.reason == "exists"
+    assert exists.value.reason is ConflictReason.EXISTS
     assert zk_client.exists(f"{ROOT}/data/b") is None, "the batch must be all or nothing"
     with pytest.raises(VersionConflictError):
         writer.set(f"{ROOT}/data/a", b"x", version=7)
     with pytest.raises(WriteConflictError) as missing:
         writer.delete(f"{ROOT}/data/missing")
-    assert missing.value.reason == "no-node"
+    assert missing.value.reason is ConflictReason.NO_NODE
     assert not token.cancelled
 
 
