@@ -13,25 +13,21 @@ table, then one JSON line; ``--out`` also writes ``bench/results/failover-claims
 
 from __future__ import annotations
 
+import argparse
+import json
+import signal
 import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO))
+from _common import REPO, load_1min, machine_facts, percentile, print_table
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import asdict  # noqa: E402
-
-from _common import load_1min, machine_facts, percentile, print_table  # noqa: E402
-
-from devtools.netns import Cut, available  # noqa: E402
-from leader.settings import DEFAULT_SILENCE_WINDOW  # noqa: E402
-from tests.chaos.kernel_cluster import KernelCluster  # noqa: E402
+from devtools.netns import Cut, available
+from leader.settings import DEFAULT_SILENCE_WINDOW
+from tests.chaos.kernel_cluster import KernelCluster
 
 SESSION_TIMEOUT = 20.0
 POLL_S = 0.05
@@ -145,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": asdict(machine_facts()),
     }
     if args.out:
-        out = _REPO / "bench" / "results" / "failover-claims-T20.json"
+        out = REPO / "bench" / "results" / "failover-claims-T20.json"
         out.write_text(json.dumps({**figures, "trials": trials}, indent=2) + "\n")
     print(json.dumps(figures))
     return 0
