@@ -17,10 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.api import pb, rpc
 from cluster.factory import make_channel
+from tests.processes import REPO as REPO
 from tests.processes import stop_process
 from tests.waiting import wait_until
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:

@@ -1,6 +1,7 @@
-"""Stopping a process a test started: ask, wait, then kill what did not listen.
+"""Processes a test starts: stopping one (ask, wait, then kill what did not listen), and a
+Python child killed when its block ends.
 
-Invariant: the process is reaped when this returns, whatever it did, so no test leaves a
+Invariant: the process is reaped when these return, whatever it did, so no test leaves a
 zombie or a live child behind for the next one.
 """
 
@@ -9,8 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from contextlib import suppress
-from typing import AnyStr
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, AnyStr
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def stop_process(
@@ -27,3 +33,26 @@ def stop_process(
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+@contextmanager
+def python_child(
+    *args: str, stdin: bool = False, stderr: int | None = None
+) -> Iterator[tuple[subprocess.Popen[str], IO[str]]]:
+    """``python ARGS...`` from the repository root, with its stdout as text (and a stdin
+    pipe that keeps it open where ``stdin``); SIGKILLed when the block ends (no atexit, no
+    finally runs in it) and reaped."""
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    try:
+        yield proc, proc.stdout
+    finally:
+        proc.kill()
+        proc.wait()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient, KazooState
@@ -35,11 +34,11 @@ from fencing import (
     WriteOutcomeUnknown,
 )
 from fencing.office import prune_epochs, read_leader_epoch, take_office
+from tests.processes import REPO, python_child
 from tests.waiting import wait_until
 
 ROOT = "/storm"
 SESSION = 2.0
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _now_ms() -> int:
@@ -217,19 +216,9 @@ def test_membership_touches_only_own_nodes_and_replaces_a_killed_processs_node(
 ) -> None:
     path = f"{ROOT}/nimbuses/n1:7000"
     zk_client.ensure_path(f"{ROOT}/nimbuses")
-    old = subprocess.Popen(
-        [sys.executable, "-c", REGISTER_AND_HANG, zk_hosts, "30", path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert old.stdout is not None
-        old_session = int(old.stdout.readline())
-    finally:
-        old.kill()  # kill -9: its session lives on in ZooKeeper for 30 s
-        old.wait()
+    with python_child("-c", REGISTER_AND_HANG, zk_hosts, "30", path, stdin=True) as (_, out):
+        old_session = int(out.readline())
+    # Killed (kill -9): its session lives on in ZooKeeper for 30 s.
     assert zk_client.exists(path).ephemeralOwner == old_session
     mine = Membership(zk_client, "n1:7000", timeout=5)
     mine.register(path, b"new")  # a quick restart must not fail with NodeExists

@@ -25,9 +25,8 @@ from cluster.errors import JavaNotFoundError
 from cluster.factory import make_kazoo_client
 from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode, srvr
+from tests.processes import REPO, python_child
 from tests.waiting import wait_until
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
@@ -166,21 +165,11 @@ def test_no_zookeeper_survives_its_parent_being_killed(tmp_path: Path) -> None:
         sys.stdin.read()
         """
     )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", script, str(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert parent.stdout is not None
-        line = next_line_with(lines_of(parent.stdout), "PIDS", timeout=60)
+    # Killed at the block's end (SIGKILL: no atexit, no finally); only PDEATHSIG can clean up.
+    with python_child("-c", script, str(tmp_path), stdin=True) as (_, out):
+        line = next_line_with(lines_of(out), "PIDS", timeout=60)
         pids = [int(p) for p in line.split()[1:]]
         assert len(pids) == 3 and not any(process_gone(p) for p in pids)
-    finally:
-        parent.kill()  # SIGKILL: no atexit, no finally; only PDEATHSIG can clean up
-        parent.wait()
     wait_until(lambda: all(process_gone(p) for p in pids), timeout=15, message="JVMs gone")
 
 
@@ -210,16 +199,9 @@ def test_missing_java_is_reported_with_what_to_install(tmp_path: Path) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_nimbus_zookeeper_serves_until_signalled(signum: signal.Signals) -> None:
     port = free_ports(1)[0]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nimbus.cli", "zookeeper", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert proc.stdout is not None
-        lines = lines_of(proc.stdout)
+    command = ("-m", "nimbus.cli", "zookeeper", "--port", str(port))
+    with python_child(*command, stderr=subprocess.DEVNULL) as (proc, out):
+        lines = lines_of(out)
         assert next_line_with(lines, "connect string:", 60).split()[-1] == f"127.0.0.1:{port}"
         connect = next_line_with(lines, "ZOOKEEPER=", 5).partition("=")[2]
         assert connect == f"127.0.0.1:{port}"
@@ -229,10 +211,6 @@ def test_nimbus_zookeeper_serves_until_signalled(signum: signal.Signals) -> None
         proc.send_signal(signum)
         assert proc.wait(timeout=30) == 0
         assert server_mode(port) is None, "nothing serves on the port after exit"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 # --------------------------------------------------------------------------- fault proxy

@@ -88,21 +88,24 @@ class Nemesis:
 # -- faults on the leader process --------------------------------------------------------
 
 
-def sigkill_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
-    """Crash the leader (the next trial chases the new one); restart it as a follower."""
-    f.target = f"replica {leader.index}"
+def _stop_and_restart(n: Nemesis, f: Fault, leader: LeaderView, signum: signal.Signals) -> None:
+    """Stop the leader with ``signum`` (the fault is over once it has stopped; the next
+    trial chases the new leader), then restart it as a follower."""
     n.mark(f)
-    n.cluster.kill(leader.index, signal.SIGKILL)
+    n.cluster.kill(leader.index, signum)
     n.healed(f)
     n.cluster.restart(leader.index)
+
+
+def sigkill_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """Crash the leader; restart it as a follower."""
+    f.target = f"replica {leader.index}"
+    _stop_and_restart(n, f, leader, signal.SIGKILL)
 
 
 def sigterm_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
     f.target = f"replica {leader.index}"
-    n.mark(f)
-    n.cluster.kill(leader.index, signal.SIGTERM)
-    n.healed(f)
-    n.cluster.restart(leader.index)
+    _stop_and_restart(n, f, leader, signal.SIGTERM)
 
 
 def _pause(factor: float) -> Inject:
@@ -268,10 +271,7 @@ def truncate_then_kill(n: Nemesis, f: Fault, leader: LeaderView) -> None:
             file.truncate(max(1, victim.stat().st_size // 2))
         f.note = f"truncated {victim.name[:12]} on replica {follower}"
     f.target = f"replica {leader.index} (truncated on {follower})"
-    n.mark(f)
-    n.cluster.kill(leader.index, signal.SIGKILL)
-    n.healed(f)
-    n.cluster.restart(leader.index)
+    _stop_and_restart(n, f, leader, signal.SIGKILL)
 
 
 def disk_full(n: Nemesis, f: Fault, leader: LeaderView) -> None:

@@ -69,22 +69,23 @@ def test_leader_crashes_pauses_and_a_damaged_package(
             result.cluster.stop()
 
 
-def test_leader_cut_from_zookeeper_one_way_and_from_its_clients(
-    healthy_ensemble: ZooKeeperCluster, tmp_path: Path
+@pytest.mark.parametrize(
+    "plan",
+    [
+        pytest.param(
+            ["zk-cut-zk-to-leader", "zk-cut-leader-both", "clients-cut-leader", "sigterm-leader"],
+            id="leader-cut-from-zookeeper-one-way-and-from-its-clients",
+        ),
+        pytest.param(
+            ["zk-kill-leader", "zk-quorum-loss-T/2"],
+            id="zookeeper-loses-its-leader-then-its-quorum",
+        ),
+    ],
+)
+def test_a_plan_of_faults_is_ridden_out_safely(
+    healthy_ensemble: ZooKeeperCluster, tmp_path: Path, plan: list[str]
 ) -> None:
-    result = run_plan(
-        healthy_ensemble,
-        tmp_path,
-        ["zk-cut-zk-to-leader", "zk-cut-leader-both", "clients-cut-leader", "sigterm-leader"],
-    )
-    _assert_safe_and_recovered(result)
-
-
-def test_zookeeper_loses_its_leader_then_its_quorum(
-    healthy_ensemble: ZooKeeperCluster, tmp_path: Path
-) -> None:
-    result = run_plan(healthy_ensemble, tmp_path, ["zk-kill-leader", "zk-quorum-loss-T/2"])
-    _assert_safe_and_recovered(result)
+    _assert_safe_and_recovered(run_plan(healthy_ensemble, tmp_path, plan))
 
 
 @pytest.mark.soak  # a ZooKeeper divergence it can provoke leaves no leader: see its fault
