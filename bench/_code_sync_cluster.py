@@ -10,13 +10,13 @@ import os
 import time
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import agreed_leader, raise_if_dead, serve_command, stop_all, tails
+from _replicas import ReplicaCluster
 
 from cluster.api import pb
 from code_sync.package import make_package
@@ -31,8 +31,6 @@ SUBMIT_TIMEOUT_S = 600.0
 SUBMIT_CHUNK = 1 << 20  # what `nimbus submit` sends per message
 E2E_POLL_S = 0.01
 E2E_TIMEOUT_S = 300.0
-READY_TIMEOUT_S = 60.0
-READY_POLL_S = 0.05
 RPC_TIMEOUT_S = 1.0
 TOPOLOGY_SOURCE = MINIMAL_TOPOLOGY  # the leader validates build() at submit
 BLOB_ENTRY = "data/blob.bin"
@@ -83,61 +81,20 @@ class Replica(_replicas.Replica):
 
 
 @dataclass
-class Cluster:
-    zookeeper: str
-    root: str
-    workdir: Path
-    replicas: list[Replica] = field(default_factory=list)
-
+class Cluster(ReplicaCluster[Replica]):
     def start_replica(self) -> Replica:
         port = free_port()
-        code_dir = self.workdir / f"code-{port}"
-        log_path = self.workdir / f"replica-{port}.log"
-        replica = Replica(port, log_path, rpc_timeout=RPC_TIMEOUT_S, code_dir=code_dir)
+        replica = Replica(
+            port, self.log_path(port), rpc_timeout=RPC_TIMEOUT_S, code_dir=self.code_dir(port)
+        )
         extra = (
             "--replicas", str(REPLICAS), "--min-replicas", "1",
             "--sync-interval", f"{SYNC_INTERVAL_S:g}",
             "--max-package-mib", str(MAX_PACKAGE_MIB),
         )  # fmt: skip
-        replica.launch(
-            serve_command(
-                zookeeper=self.zookeeper,
-                root=self.root,
-                listen=replica.address,
-                session_timeout=SESSION_TIMEOUT_S,
-                code_dir=code_dir,
-                extra=extra,
-            )
-        )
+        self.serve(replica, SESSION_TIMEOUT_S, extra)
         self.replicas.append(replica)
         return replica
-
-    def by_address(self, address: str) -> Replica:
-        for replica in self.replicas:
-            if replica.address == address:
-                return replica
-        raise BenchError(f"{address} is not one of the bench's replicas")
-
-    def wait_ready(self) -> Replica:
-        """Until every replica lists all of them and all name one leader; returns it."""
-        expected = frozenset(r.address for r in self.replicas)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            raise_if_dead(self.replicas)
-            if all(r.listening() for r in self.replicas) and all(
-                r.registered() == expected for r in self.replicas
-            ):
-                leader = agreed_leader(self.replicas)
-                if leader is not None:
-                    return self.by_address(leader[0])
-            time.sleep(READY_POLL_S)
-        raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
-
-    def tails(self) -> str:
-        return tails(self.replicas)
-
-    def shutdown(self) -> None:
-        stop_all(self.replicas, grace=10.0)
 
 
 # -- submit (NimbusClient) --------------------------------------------------------------

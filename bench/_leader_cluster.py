@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import serve_command, stop_all, tails
+from _replicas import Bed, stop_all, tails
 
 from cluster.api import pb
 
@@ -29,12 +28,9 @@ class Replica(_replicas.Replica):
 
 
 @dataclass
-class Cluster:
+class Cluster(Bed):
     """The bench's replicas: ``live`` ones take part; ``every`` one is cleaned up."""
 
-    zookeeper: str
-    root: str
-    workdir: Path
     session_timeout: float
     live: list[Replica] = field(default_factory=list)
     every: list[Replica] = field(default_factory=list)
@@ -44,18 +40,9 @@ class Cluster:
     def start_replica(self, *, attempt: int = 1) -> Replica:
         """Start one replica on a fresh port (``wait_ready`` retries one that dies at once)."""
         port = free_port()
-        log_path = self.workdir / f"replica-{port}.log"
+        log_path = self.log_path(port)
         replica = Replica(port, log_path, rpc_timeout=POLL_RPC_TIMEOUT_S, attempt=attempt)
-        replica.launch(
-            serve_command(
-                zookeeper=self.zookeeper,
-                root=self.root,
-                listen=replica.address,
-                session_timeout=self.session_timeout,
-                code_dir=self.workdir / f"code-{port}",
-                extra=self.extra,
-            )
-        )
+        self.serve(replica, self.session_timeout, self.extra)
         self.every.append(replica)
         self.live.append(replica)
         return replica

@@ -1,9 +1,10 @@
 """The servers a bench starts: ``nimbus serve`` replicas as child processes, ZooKeeper's version.
 
-One replica is a process on a local port with its log file and a channel made on first use.
-What "ready" means differs from bench to bench (all listed, one leader, queued, serving), so
-each bench keeps its own cluster and its own wait; the process, the calls every bench makes
-and the stopping are here once.
+One replica is a process on a local port with its log file and a channel made on first use;
+a ``Bed`` is where replicas serve (one ZooKeeper and root, one work folder), and a
+``ReplicaCluster`` the replicas a bench started there, ready when each lists all of them and
+all name one leader (and, where the bench says, each passes its own check). The process, the
+calls every bench makes and the stopping are here once.
 
 The calls answer None or False on any RPC error: a bench polls them until the cluster is as
 it needs, and a replica that is down is one of the states it polls through.
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Generic, TypeVar
 
 import grpc
 from _common import REPO, BenchError, pdeathsig_prefix
@@ -238,6 +240,85 @@ def stop_all(replicas: Sequence[Replica], grace: float) -> None:
         except subprocess.TimeoutExpired:
             replica.proc.kill()
             replica.proc.wait()
+
+
+@dataclass
+class Bed:
+    """Where a bench's replicas serve: one ZooKeeper and root, and a work folder holding each
+    replica's log (``replica-<port>.log``) and code dir (``code-<port>``)."""
+
+    zookeeper: str
+    root: str
+    workdir: Path
+
+    def log_path(self, port: int) -> Path:
+        return self.workdir / f"replica-{port}.log"
+
+    def code_dir(self, port: int) -> Path:
+        return self.workdir / f"code-{port}"
+
+    def serve(self, replica: Replica, session_timeout: float, extra: Sequence[str] = ()) -> None:
+        """(Re)start ``replica`` as ``nimbus serve`` here, with ``extra`` flags."""
+        replica.launch(
+            serve_command(
+                zookeeper=self.zookeeper,
+                root=self.root,
+                listen=replica.address,
+                session_timeout=session_timeout,
+                code_dir=self.code_dir(replica.port),
+                extra=extra,
+            )
+        )
+
+
+R = TypeVar("R", bound=Replica)
+
+
+@dataclass
+class ReplicaCluster(Bed, Generic[R]):
+    """The replicas a bench started on a bed, stopped together."""
+
+    ready_timeout_s: ClassVar[float] = 60.0
+    ready_poll_s: ClassVar[float] = 0.05
+    stop_grace_s: ClassVar[float] = 10.0
+
+    replicas: list[R] = field(default_factory=list)
+
+    def by_address(self, address: str) -> R:
+        for replica in self.replicas:
+            if replica.address == address:
+                return replica
+        raise BenchError(f"{address} is not one of the bench's replicas")
+
+    def passes(self, replica: R) -> bool:
+        """The bench's own check of one replica for ``wait_ready``; none here."""
+        return True
+
+    def wait_ready(self) -> tuple[R, int]:
+        """Until every replica listens, ``passes``, lists all of them and all name one
+        leader; (that leader, its epoch)."""
+        expected = frozenset(r.address for r in self.replicas)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            raise_if_dead(self.replicas)
+            if (
+                all(r.listening() for r in self.replicas)
+                and all(self.passes(r) for r in self.replicas)
+                and all(r.registered() == expected for r in self.replicas)
+            ):
+                leader = agreed_leader(self.replicas)
+                if leader is not None:
+                    return self.by_address(leader[0]), leader[1]
+            time.sleep(self.ready_poll_s)
+        raise BenchError(
+            f"the replicas were not ready in {self.ready_timeout_s:.0f} s\n{self.tails()}"
+        )
+
+    def tails(self) -> str:
+        return tails(self.replicas)
+
+    def shutdown(self) -> None:
+        stop_all(self.replicas, grace=self.stop_grace_s)
 
 
 def zookeeper_version(port: int) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import _replicas
 from _common import BenchError, free_port
-from _replicas import agreed_leader, raise_if_dead, serve_command, stop_all, tails
+from _replicas import ReplicaCluster
 from kazoo.client import KazooClient
 
 from cluster.api import records
@@ -31,14 +31,13 @@ SEED_TXN_OPS = 500  # operations per seeding multi-op (two per topology)
 SEED_TIMEOUT_S = 120.0
 RPC_TIMEOUT_S = 1.0
 READY_TIMEOUT_S = 600.0  # a replica registers as holder of every topology before queueing
-READY_POLL_S = 0.05
 QUEUED = "queued for leadership"
 TOPOLOGY_SOURCE = b'"""Scale benchmark topology: never run."""\n'
 
 
 # "2026-11-22 10:00:00,123 INFO leader.elector: <message>" (nimbus serve's log format)
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
-# Steps of the new leader, as logged by leader.elector and nimbus.daemon.
+# Steps of the new leader, as logged by leader.elector and nimbus.server.daemon.
 STEPS = (
     ("won the lock", re.compile(r": won the lock \(")),
     ("took office", re.compile(r": took office, epoch \d+")),
@@ -159,20 +158,16 @@ class Replica(_replicas.Replica):
 
 
 @dataclass
-class Cluster:
-    zookeeper: str
-    root: str
-    workdir: Path
-    replicas: list[Replica] = field(default_factory=list)
+class Cluster(ReplicaCluster[Replica]):
+    ready_timeout_s = READY_TIMEOUT_S
+    stop_grace_s = 15.0
+
     notes: list[str] = field(default_factory=list)
 
     def add_replica(self, package: Package) -> Replica:
         port = free_port()
         replica = Replica(
-            port,
-            self.workdir / f"replica-{port}.log",
-            rpc_timeout=RPC_TIMEOUT_S,
-            code_dir=self.workdir / f"code-{port}",
+            port, self.log_path(port), rpc_timeout=RPC_TIMEOUT_S, code_dir=self.code_dir(port)
         )
         place_package(package, replica.code_dir)
         self.replicas.append(replica)
@@ -183,48 +178,14 @@ class Cluster:
             "--replicas", str(REPLICAS), "--min-replicas", "1",
             "--sync-interval", f"{SYNC_INTERVAL_S:g}",
         )  # fmt: skip
-        replica.launch(
-            serve_command(
-                zookeeper=self.zookeeper,
-                root=self.root,
-                listen=replica.address,
-                session_timeout=SESSION_TIMEOUT_S,
-                code_dir=replica.code_dir,
-                extra=extra,
-            )
-        )
+        self.serve(replica, SESSION_TIMEOUT_S, extra)
 
     def other(self, replica: Replica) -> Replica:
         return next(r for r in self.replicas if r is not replica)
 
-    def by_address(self, address: str) -> Replica:
-        for replica in self.replicas:
-            if replica.address == address:
-                return replica
-        raise BenchError(f"{address} is not one of the bench's replicas")
-
-    def wait_ready(self) -> tuple[Replica, int]:
-        """Until both replicas list both, name one leader and have queued; (leader, epoch)."""
-        expected = frozenset(r.address for r in self.replicas)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            raise_if_dead(self.replicas)
-            if (
-                all(r.listening() for r in self.replicas)
-                and all(r.queued() for r in self.replicas)
-                and all(r.registered() == expected for r in self.replicas)
-            ):
-                leader = agreed_leader(self.replicas)
-                if leader is not None:
-                    return self.by_address(leader[0]), leader[1]
-            time.sleep(READY_POLL_S)
-        raise BenchError(f"the replicas were not ready in {READY_TIMEOUT_S:.0f} s\n{self.tails()}")
-
-    def tails(self) -> str:
-        return tails(self.replicas)
-
-    def shutdown(self) -> None:
-        stop_all(self.replicas, grace=15.0)
+    def passes(self, replica: Replica) -> bool:
+        """Ready only once it has queued (its code gate passed)."""
+        return replica.queued()
 
 
 def _log_time(stamp: str) -> float:

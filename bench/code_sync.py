@@ -326,7 +326,7 @@ def run(*, quick: bool) -> dict[str, Any]:
             try:
                 for _ in range(REPLICAS):
                     cluster.start_replica()
-                leader = cluster.wait_ready()
+                leader, _ = cluster.wait_ready()
                 submitted = submit_and_wait(cluster, leader, package)
                 time.sleep(SETTLE_S)
                 series = measure(leader, package, scratch, rounds, WARMUP_ROUNDS)

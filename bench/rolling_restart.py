@@ -45,7 +45,7 @@ from _common import (
     print_json,
     print_table,
 )
-from _replicas import serve_command, stop_all, tails, zookeeper_version
+from _replicas import Bed, stop_all, tails, zookeeper_version
 from grpc_health.v1 import health_pb2
 
 from cluster.api import pb
@@ -71,34 +71,16 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 
 @dataclass
 class Replica(_replicas.Replica):
-    workdir: Path
-    zookeeper: str
-    root: str
+    bed: Bed
 
     def start(self) -> None:
-        self.launch(
-            serve_command(
-                zookeeper=self.zookeeper,
-                root=self.root,
-                listen=self.address,
-                session_timeout=SESSION_TIMEOUT_S,
-                code_dir=self.workdir / f"code-{self.port}",
-                extra=(
-                    "--replicas",
-                    str(REPLICAS),
-                    "--min-replicas",
-                    "2",
-                    "--sync-interval",
-                    "0.5",
-                ),
-            )
-        )
+        extra = ("--replicas", str(REPLICAS), "--min-replicas", "2", "--sync-interval", "0.5")
+        self.bed.serve(self, SESSION_TIMEOUT_S, extra)
 
 
-def new_replica(workdir: Path, zookeeper: str, root: str) -> Replica:
+def new_replica(bed: Bed) -> Replica:
     port = free_port()
-    log_path = workdir / f"replica-{port}.log"
-    return Replica(port, log_path, workdir=workdir, zookeeper=zookeeper, root=root)
+    return Replica(port, bed.log_path(port), bed=bed)
 
 
 def wait_ready(replicas: list[Replica], timeout: float = READY_TIMEOUT_S) -> str:
@@ -229,8 +211,8 @@ def run(*, quick: bool) -> dict[str, Any]:
         ZooKeeperCluster(size=1) as zk,
     ):
         version = zookeeper_version(zk.client_ports[0])
-        root = f"/bench-{uuid.uuid4().hex[:12]}"
-        replicas = [new_replica(workdir, zk.connect_string, root) for _ in range(REPLICAS)]
+        bed = Bed(zk.connect_string, f"/bench-{uuid.uuid4().hex[:12]}", workdir)
+        replicas = [new_replica(bed) for _ in range(REPLICAS)]
         try:
             for replica in replicas:
                 replica.start()
