@@ -35,6 +35,31 @@ class BeatOutcome(enum.Enum):
     NO_BEAT_NODE = "own beat node is gone"  # create it again
 
 
+class PreemptOutcome(enum.Enum):
+    """What a silence preemption did. ``NODE_UNKNOWN`` is the one that accuses our own
+    ZooKeeper server: the preempting replica had just read the node (after a sync), and
+    the quorum says it does not exist (a server behind the quorum, or a race with the
+    node's own delete; the caller reads again to tell them apart)."""
+
+    DELETED = "deleted"
+    BEAT_MOVED = "the target beat since it was watched"
+    TERM_CHANGED = "/leader-epoch changed"
+    NODE_UNKNOWN = "ZooKeeper's quorum has no such node"
+
+
+def _preempt_outcome(ops: list[Op], results: list[Any]) -> PreemptOutcome:
+    failure = txn.first_failure(results)
+    if failure is None:
+        return PreemptOutcome.DELETED
+    index, error = failure
+    op = ops[index]
+    if isinstance(op, Check):
+        return PreemptOutcome.TERM_CHANGED
+    if isinstance(error, NoNodeError) and isinstance(op, Delete):
+        return PreemptOutcome.NODE_UNKNOWN
+    return PreemptOutcome.BEAT_MOVED  # a bad version, or a beat node made since
+
+
 def create_beat(
     client: KazooClient, paths: Paths, *, lock_node: str, owner: str, timeout: float
 ) -> BeatOutcome:
@@ -87,30 +112,30 @@ def preempt_silent(
     beat_version: int,
     epoch_version: int,
     timeout: float,
-) -> bool:
+) -> PreemptOutcome:
     """Delete a silent replica's lock node (and its beat node at ``beat_version``) if no beat
     landed since and ``/leader-epoch`` is still at ``epoch_version``.
 
-    True when deleted; False when a check failed (nothing written). ``WriteOutcomeUnknown``
-    when the connection dropped with it in flight.
+    ``DELETED``, or which check failed (nothing written). ``WriteOutcomeUnknown`` when the
+    connection dropped with it in flight.
     """
     if not lock_node.startswith(paths.leader_lock + "/"):
         raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
     ops: list[Op] = [Delete(paths.beat(lock_node), beat_version), Delete(lock_node)]
     if epoch_version >= 0:  # no /leader-epoch yet: no term to check (a first winner died)
         ops.append(Check(paths.leader_epoch, epoch_version))
-    return txn.first_failure(txn.commit(client, ops, timeout=timeout)) is None
+    return _preempt_outcome(ops, txn.commit(client, ops, timeout=timeout))
 
 
 def preempt_beatless(
     client: KazooClient, paths: Paths, *, lock_node: str, epoch_version: int, timeout: float
-) -> bool:
+) -> PreemptOutcome:
     """Delete a queued replica's lock node that never made its beat node, proving in the
     same multi-op that the beat node is still absent (create it, delete it again) and that
     ``/leader-epoch`` is still at ``epoch_version``. A first beat that landed since makes
     the create, and the whole multi-op, fail; one sent after it finds its lock node gone.
 
-    True when deleted; False when a check failed (nothing written).
+    ``DELETED``, or which check failed (nothing written).
     """
     if not lock_node.startswith(paths.leader_lock + "/"):
         raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
@@ -118,7 +143,7 @@ def preempt_beatless(
     ops: list[Op] = [Create(beat, b"", ephemeral=True), Delete(beat), Delete(lock_node)]
     if epoch_version >= 0:
         ops.append(Check(paths.leader_epoch, epoch_version))
-    return txn.first_failure(txn.commit(client, ops, timeout=timeout)) is None
+    return _preempt_outcome(ops, txn.commit(client, ops, timeout=timeout))
 
 
 def leave_queue(client: KazooClient, *, lock_node: str, timeout: float) -> bool:

@@ -24,7 +24,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
 from cluster.threads import guarded
-from fencing.beats import preempt_beatless, preempt_silent
+from fencing.beats import PreemptOutcome, preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
 from leader.discovery import LeaderCache
@@ -54,9 +54,11 @@ class SilenceWatch:
         *,
         timeout: float,
         on_preempt: Callable[[str], None] | None = None,
+        on_stale_server: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        self._on_stale_server = on_stale_server
         self._paths = paths
         self._id = replica_id
         self._cache = cache
@@ -180,6 +182,18 @@ class SilenceWatch:
             return None
         return leader.address
 
+    def _accuse_our_server(self, target: str) -> None:
+        """The quorum has no ``target``, which our server showed us after a sync: if it
+        still shows it now, our server is behind its quorum (ZOOKEEPER-4837, -5010) and we
+        ask to move; if it no longer does, the node's own delete raced ours: no evidence."""
+        self._client.sync_async(target).get(timeout=VERIFY_DEADLINE)
+        if self._client.exists_async(target).get(timeout=VERIFY_DEADLINE) is None:
+            return
+        evidence = f"it shows {target}, which its quorum does not have"
+        log.warning("%s: our ZooKeeper server is behind: %s", self._id, evidence)
+        if self._on_stale_server is not None:
+            self._on_stale_server(evidence)
+
     def _target(self) -> str | None:
         """The lock node just in front of ours (the leader's, or a queued one's)."""
         mine = self._own_node()
@@ -207,17 +221,19 @@ class SilenceWatch:
             return True  # not an error: decide afresh at once
         current, epoch_version = read_leader_epoch(self._client, self._paths)
         if version == ABSENT:  # queued, never beat: frozen before its first beat
-            deleted = preempt_beatless(
+            outcome = preempt_beatless(
                 self._client, self._paths, lock_node=target,
                 epoch_version=epoch_version, timeout=self._timeout,
             )  # fmt: skip
         else:
-            deleted = preempt_silent(
+            outcome = preempt_silent(
                 self._client, self._paths, lock_node=target, beat_version=version,
                 epoch_version=epoch_version, timeout=self._timeout,
             )  # fmt: skip
-        if not deleted:
-            log.info("%s: preempting silent %s refused by ZooKeeper's checks", self._id, target)
+        if outcome is PreemptOutcome.NODE_UNKNOWN:
+            self._accuse_our_server(target)
+        if outcome is not PreemptOutcome.DELETED:
+            log.info("%s: preempting silent %s refused: %s", self._id, target, outcome.value)
             return False
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target

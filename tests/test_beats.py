@@ -7,6 +7,7 @@ from kazoo.client import KazooClient
 from cluster.paths import Paths
 from fencing.beats import (
     BeatOutcome,
+    PreemptOutcome,
     beat_outcome,
     create_beat,
     preempt_beatless,
@@ -49,17 +50,26 @@ def test_silence_preemption_is_refused_once_a_beat_landed(zk_client: KazooClient
     lock_node = _queued(zk_client, "a:1")
     zk_client.create(PATHS.leader_epoch, b"")
     assert _beat(zk_client, lock_node) is BeatOutcome.OK
-    assert not preempt_silent(
-        zk_client, PATHS, lock_node=lock_node, beat_version=0, epoch_version=0, timeout=5
+    assert (
+        preempt_silent(
+            zk_client, PATHS, lock_node=lock_node, beat_version=0, epoch_version=0, timeout=5
+        )
+        is PreemptOutcome.BEAT_MOVED
     )
     assert zk_client.exists(lock_node) is not None
     zk_client.set(PATHS.leader_epoch, b"another term")
-    assert not preempt_silent(
-        zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=0, timeout=5
+    assert (
+        preempt_silent(
+            zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=0, timeout=5
+        )
+        is PreemptOutcome.TERM_CHANGED
     )
     assert zk_client.exists(lock_node) is not None
-    assert preempt_silent(
-        zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=1, timeout=5
+    assert (
+        preempt_silent(
+            zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=1, timeout=5
+        )
+        is PreemptOutcome.DELETED
     )
     assert zk_client.exists(lock_node) is None
     assert zk_client.exists(PATHS.beat(lock_node)) is None
@@ -75,15 +85,37 @@ def test_a_queued_replica_without_a_beat_node_is_preempted_only_while_it_has_non
         f"{PATHS.leader_lock}/x__lock__", b"a:1", ephemeral=True, sequence=True
     )
     beating = _queued(zk_client, "b:2")  # it has its beat node
-    assert not preempt_beatless(zk_client, PATHS, lock_node=beating, epoch_version=0, timeout=5), (
-        "a beat node exists: the create fails, nothing is deleted"
-    )
+    assert preempt_beatless(zk_client, PATHS, lock_node=beating, epoch_version=0, timeout=5) is (
+        PreemptOutcome.BEAT_MOVED
+    ), "a beat node exists: the create fails, nothing is deleted"
     assert zk_client.exists(beating) is not None
-    assert not preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=1, timeout=5)
-    assert zk_client.exists(frozen) is not None, "another term: refused"
-    assert preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=0, timeout=5)
+    assert preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=1, timeout=5) is (
+        PreemptOutcome.TERM_CHANGED
+    ), "another term: refused"
+    assert zk_client.exists(frozen) is not None
+    assert preempt_beatless(zk_client, PATHS, lock_node=frozen, epoch_version=0, timeout=5) is (
+        PreemptOutcome.DELETED
+    )
     assert zk_client.exists(frozen) is None
     assert zk_client.exists(PATHS.beat(frozen)) is None, "the proof leaves no beat node"
     assert create_beat(zk_client, PATHS, lock_node=frozen, owner="a:1", timeout=5) is (
         BeatOutcome.LOCK_GONE
     ), "its first beat, late, finds its lock node gone"
+
+
+def test_a_preemption_of_a_node_the_quorum_lacks_says_so(zk_client: KazooClient) -> None:
+    """The outcome that accuses our own server: the node we read is not at the quorum."""
+    lock_node = _queued(zk_client, "a:1")
+    zk_client.create(PATHS.leader_epoch, b"")
+    assert _beat(zk_client, lock_node) is BeatOutcome.OK
+    zk_client.delete(PATHS.beat(lock_node))
+    zk_client.delete(lock_node)
+    assert (
+        preempt_silent(
+            zk_client, PATHS, lock_node=lock_node, beat_version=1, epoch_version=0, timeout=5
+        )
+        is PreemptOutcome.NODE_UNKNOWN
+    )
+    assert preempt_beatless(zk_client, PATHS, lock_node=lock_node, epoch_version=0, timeout=5) is (
+        PreemptOutcome.NODE_UNKNOWN
+    )

@@ -1,0 +1,67 @@
+"""``cluster.server_move`` on a real 3-server ensemble: a replica that leaves a server it
+accuses keeps its session (and so its ephemeral lock node), lands on another server, is
+refused a second move within its interval, and gets the whole host list back later."""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient, KazooState
+
+from cluster.server_move import Move, ServerMover, current_server
+from devtools.zkserver import ZooKeeperCluster
+from tests.waiting import wait_until
+
+
+def _client(connect: str) -> KazooClient:
+    client = KazooClient(hosts=connect, timeout=10.0)
+    client.start(timeout=30)
+    return client
+
+
+def test_a_move_keeps_the_session_and_its_ephemeral_node(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    client = _client(healthy_ensemble.connect_string)
+    moved: list[Move] = []
+    mover = ServerMover(client, min_interval=60.0, quarantine=1.0, on_move=moved.append)
+    try:
+        node = client.create("/move-test-", b"x", ephemeral=True, sequence=True)
+        session = client.client_id[0]
+        before = current_server(client)
+        assert before is not None
+        done = mover.move("planted: this server is accused")
+        assert done is not None and done.suspect == before and moved == [done]
+        assert before not in done.others and len(done.others) == 2
+        wait_until(
+            lambda: (
+                client.state == KazooState.CONNECTED
+                and current_server(client) not in (None, before)
+            ),
+            timeout=30,
+            message="reconnected to another server",
+        )
+        assert client.client_id[0] == session, "the session was kept"
+        stat = client.exists(node)
+        assert stat is not None and stat.ephemeralOwner == session, "its ephemeral node too"
+        assert mover.move("a second accusation at once") is None, "one move per interval"
+        wait_until(lambda: len(client.hosts) == 3, timeout=10, message="the full list is back")
+    finally:
+        mover.stop()
+        client.stop()
+        client.close()
+
+
+def test_with_one_server_there_is_nowhere_to_move(zk_server: ZooKeeperCluster) -> None:
+    client = _client(zk_server.connect_string)
+    try:
+        session = client.client_id[0]
+        assert ServerMover(client, min_interval=0.0, quarantine=1.0).move("planted") is None
+        assert client.state == KazooState.CONNECTED and client.client_id[0] == session
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_not_connected_is_no_move(healthy_ensemble: ZooKeeperCluster) -> None:
+    client = KazooClient(hosts=healthy_ensemble.connect_string)  # never started
+    assert current_server(client) is None
+    assert ServerMover(client, min_interval=0.0, quarantine=1.0).move("planted") is None
