@@ -14,7 +14,7 @@ from cluster.api import pb
 from code_sync.package import make_package
 from nimbus.client import NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
-from tests.cluster import Replica
+from tests.cluster import Replica, wait_for_agreed_leader
 from tests.stash import REPLICAS_KEY
 
 ROOT = "/storm"
@@ -57,6 +57,14 @@ def spawn(zk_hosts: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iter
     yield make
     for replica in started:
         replica.stop(signal.SIGKILL)
+
+
+def lone_leader(spawn: Spawn) -> Replica:
+    """One replica that needs no other to hold a package (``--min-replicas 1``), once it
+    leads."""
+    replica = spawn(extra=sync_flags(min_replicas=1))
+    wait_for_agreed_leader([replica], timeout=30)
+    return replica
 
 
 def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:

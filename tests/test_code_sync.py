@@ -19,7 +19,7 @@ from code_sync.package import make_package
 from nimbus.client import NimbusCallError, NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
+from tests.replica_fixtures import Spawn, holds, lone_leader, package, submit, sync_flags
 from tests.waiting import wait_until
 
 PATHS = Paths("/storm")
@@ -125,8 +125,7 @@ def test_a_replica_started_empty_catches_up_before_it_queues(spawn: Spawn, tmp_p
 def test_bad_uploads_are_refused_with_the_problem_named_and_nothing_kept(
     spawn: Spawn, tmp_path: Path, zk_client: KazooClient
 ) -> None:
-    leader_replica = spawn(extra=sync_flags(min_replicas=1))
-    wait_for_agreed_leader([leader_replica], timeout=30)
+    leader_replica = lone_leader(spawn)
     good, good_digest = package(tmp_path, "good")
     big, _ = package(tmp_path, "big", size=2 * 1024 * 1024)
     not_zip = tmp_path / "not.zip"
@@ -231,8 +230,7 @@ def test_the_cli_submits_with_progress_lines_and_describes_as_json(
 ) -> None:
     import json
 
-    replica = spawn(extra=sync_flags(min_replicas=1))
-    wait_for_agreed_leader([replica], timeout=30)
+    replica = lone_leader(spawn)
     path, digest = package(tmp_path, "cli", size=300_000)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

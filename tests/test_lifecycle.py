@@ -19,7 +19,7 @@ from cluster.paths import Paths
 from devtools.zkserver import free_ports
 from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import REPO, wait_for_agreed_leader
-from tests.replica_fixtures import Spawn, package, submit, sync_flags
+from tests.replica_fixtures import Spawn, lone_leader, package, submit
 from tests.waiting import wait_until
 
 PATHS = Paths("/storm")
@@ -151,8 +151,7 @@ def test_killing_the_leader_between_calls_loses_no_acknowledged_change(
 def test_a_retried_request_id_returns_the_first_outcome(
     spawn: Spawn, tmp_path: Path, zk_client: KazooClient
 ) -> None:
-    replica = spawn(extra=sync_flags(min_replicas=1))
-    wait_for_agreed_leader([replica], timeout=30)
+    replica = lone_leader(spawn)
     path, _ = package(tmp_path, "wc")
     data = path.read_bytes()
     import hashlib
@@ -216,8 +215,7 @@ def test_a_submit_in_flight_when_the_leader_dies_yields_exactly_one_topology(
 def test_bad_names_are_refused_and_nothing_is_written(
     spawn: Spawn, tmp_path: Path, zk_client: KazooClient, bad: str
 ) -> None:
-    replica = spawn(extra=sync_flags(min_replicas=1))
-    wait_for_agreed_leader([replica], timeout=30)
+    replica = lone_leader(spawn)
     path, _ = package(tmp_path, "p")
     with NimbusClient([replica.address], attempts=1) as client:
         with pytest.raises(NimbusCallError) as refused:

@@ -44,6 +44,18 @@ class Nemesis:
         """Keep the fault in place: this *is* the fault, not synchronisation."""
         time.sleep(seconds)
 
+    def held(
+        self, fault: Fault, seconds: float, inject: Callable[[], None], heal: Callable[[], None]
+    ) -> None:
+        """Inject the fault, hold it ``seconds``, then heal it however the hold ends."""
+        self.mark(fault)
+        inject()
+        try:
+            self.hold(seconds)
+        finally:
+            heal()
+            self.healed(fault)
+
     def trial(self, kind: FaultKind, trial: int, recover_timeout: float = 60.0) -> Fault:
         """Inject ``kind`` once on a healthy cluster, undo it, wait for recovery."""
         before = self.cluster.wait_healthy(recover_timeout)
@@ -111,13 +123,8 @@ def sigterm_leader(n: Nemesis, f: Fault, leader: LeaderView) -> None:
 def _pause(factor: float) -> Inject:
     def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         f.target = f"replica {leader.index}"
-        n.mark(f)
-        n.cluster.pause(leader.index)
-        try:
-            n.hold(factor * n.T)
-        finally:
-            n.cluster.resume(leader.index)
-            n.healed(f)
+        i = leader.index
+        n.held(f, factor * n.T, lambda: n.cluster.pause(i), lambda: n.cluster.resume(i))
 
     return run
 
@@ -128,13 +135,9 @@ def _pause(factor: float) -> Inject:
 def _cut_zookeeper(direction: str, factor: float) -> Inject:
     def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         f.target = f"replica {leader.index} {direction}"
-        n.mark(f)
-        n.cluster.cut_zookeeper(leader.index, direction)
-        try:
-            n.hold(factor * n.T)
-        finally:
-            n.cluster.heal_zookeeper(leader.index)
-            n.healed(f)
+        i = leader.index
+        cut, heal = n.cluster.cut_zookeeper, n.cluster.heal_zookeeper
+        n.held(f, factor * n.T, lambda: cut(i, direction), lambda: heal(i))
 
     return run
 
@@ -142,13 +145,8 @@ def _cut_zookeeper(direction: str, factor: float) -> Inject:
 def cut_clients(n: Nemesis, f: Fault, leader: LeaderView) -> None:
     """The leader keeps ZooKeeper but nobody reaches its gRPC port: down by nature."""
     f.target = f"replica {leader.index}"
-    n.mark(f)
-    n.cluster.cut_front(leader.index)
-    try:
-        n.hold(2 * n.T)
-    finally:
-        n.cluster.heal_front(leader.index)
-        n.healed(f)
+    i = leader.index
+    n.held(f, 2 * n.T, lambda: n.cluster.cut_front(i), lambda: n.cluster.heal_front(i))
 
 
 # -- faults on ZooKeeper ---------------------------------------------------------------
@@ -175,13 +173,7 @@ def _zk_kill(role: str) -> Inject:
             followers = [i for i in range(zk.size) if i != zk_leader]
             victim = connected if connected in followers else followers[0]
         f.target = f"zk node {victim} ({role})"
-        n.mark(f)
-        zk.kill(victim)
-        try:
-            n.hold(2 * n.T)
-        finally:
-            zk.restart(victim)
-            n.healed(f)
+        n.held(f, 2 * n.T, lambda: zk.kill(victim), lambda: zk.restart(victim))
 
     return run
 
@@ -228,18 +220,19 @@ def _quorum_loss(factor: float) -> Inject:
         zk_leader = _zk_leader(n)
         victims = [zk_leader, next(i for i in range(zk.size) if i != zk_leader)]
         f.target = f"zk nodes {victims}"
-        n.mark(f)
-        for v in victims:
-            zk.kill(v)
-        try:
-            n.hold(factor * n.T)
-        finally:
+
+        def kill() -> None:
+            for v in victims:
+                zk.kill(v)
+
+        def restart() -> None:
             threads = [threading.Thread(target=zk.restart, args=(v,)) for v in victims]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            n.healed(f)
+
+        n.held(f, factor * n.T, kill, restart)
 
     return run
 
@@ -282,13 +275,7 @@ def disk_full(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         raise RuntimeError("disk-full needs code dirs on tmpfs (ChaosCluster(tmpfs_code_dirs))")
     filler = node.tmpfs / ".filler"
     f.target = f"replica {follower}"
-    n.mark(f)
-    _fill(filler)
-    try:
-        n.hold(2 * n.T)
-    finally:
-        filler.unlink(missing_ok=True)
-        n.healed(f)
+    n.held(f, 2 * n.T, lambda: _fill(filler), lambda: filler.unlink(missing_ok=True))
 
 
 def _fill(path: Path) -> None:
