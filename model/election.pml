@@ -26,7 +26,7 @@
  *    the state space finite; each planted bug needs at most two).
  *  - A client that sends one mutation with a request id and, after an unknown outcome
  *    (the reply was lost), retries it with the SAME id (nimbus/client.py); the leader
- *    adds create(/requests/<id>) to the fenced multi-op (nimbus/requests.py).
+ *    adds create(/requests/<id>) to the fenced multi-op (nimbus/duties/requests.py).
  *
  * ABSTRACTIONS (each keeps the state space small and is sound for the properties)
  *  - Time is integer ticks of TICK_MS of real time, advanced by the environment. A step

@@ -14,7 +14,7 @@ What a user of the CLI or of this library gets, with default settings:
   replica's memory and is ignored.
 - **A dead leader is noticed within about two seconds**: channels ping (gRPC keepalive,
   ``cluster.factory``). While a leader that failed a call is still named by discovery,
-  the call goes to a follower that answered, asking it to forward (``nimbus.forward``):
+  the call goes to a follower that answered, asking it to forward (``nimbus.server.forward``):
   a client cut from the leader alone still gets through, and a dead leader's successor
   is found as soon as discovery names it.
 - **Exactly once**: a mutating call carries a client request id, the same on every

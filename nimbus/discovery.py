@@ -6,7 +6,7 @@
   replica's memory and is ignored: the client never goes back to an older term.
 - **Routing**: a leader-only call goes to the leader. While a leader that failed a call is
   still named by discovery (for ``SUSPECT_HOLD_S``), the call goes to a follower that
-  answered, asking it to forward (``nimbus.forward``).
+  answered, asking it to forward (``nimbus.server.forward``).
 - **A failed call's meaning**: a redirect (the replica names the leader), a retry
   (``Retry``), or an error retrying cannot fix (``NimbusCallError``).
 
@@ -30,8 +30,11 @@ from cluster.api import pb, rpc
 from cluster.errors import NimbusError
 from cluster.factory import make_channel
 from cluster.security.client import ClientSecurity
-from nimbus.forward import FORWARD_METADATA_KEY
-from nimbus.servicer import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
+from nimbus.call_metadata import (
+    FORWARD_METADATA_KEY,
+    LEADER_EPOCH_METADATA_KEY,
+    LEADER_METADATA_KEY,
+)
 
 Metadata = tuple[tuple[str, str], ...]
 _FORWARD: Metadata = ((FORWARD_METADATA_KEY, "1"),)

@@ -1,7 +1,7 @@
 """``python -m pipeline.check PACKAGE``: load a package's topology and validate it.
 
 Run by the leader in a child process with time and memory limits before it acknowledges
-a submission (``nimbus.package_check``): the package is user code, so ``build()`` may
+a submission (``nimbus.duties.package_check``): the package is user code, so ``build()`` may
 loop, allocate without bound or crash, and none of that may reach the leader.
 
 With ``--analyse``, a topology with SQL text (``Where``, ``Select``, ``Window``,

@@ -1,6 +1,6 @@
 """The smallest valid topology package source, for tests, benchmarks and demos.
 
-The leader validates every submitted package (``nimbus.package_check``), so a package
+The leader validates every submitted package (``nimbus.duties.package_check``), so a package
 that only exists to exercise code distribution or the lifecycle still needs a real
 ``build()``: a rate spout feeding the console sink.
 """

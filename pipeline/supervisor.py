@@ -20,7 +20,7 @@ Its parts: ``pipeline.supervisor_config`` (the validated config), ``pipeline.sup
 (the worker flags of ``nimbus supervisor``), ``pipeline.worker_processes`` (starting,
 restarting, adopting and stopping workers). Their public names are importable from here.
 
-Run it with ``nimbus supervisor`` or ``python -m nimbus.cmd_supervisor`` (same flags).
+Run it with ``nimbus supervisor`` or ``python -m nimbus.cli.cmd_supervisor`` (same flags).
 """
 
 from __future__ import annotations

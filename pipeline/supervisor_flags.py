@@ -2,7 +2,7 @@
 
 Invariant: each flag added by ``add_worker_arguments`` has exactly one ``SupervisorConfig``
 keyword in ``worker_options``; the rest of ``nimbus supervisor``'s flags live with its
-command (``nimbus.cmd_supervisor``).
+command (``nimbus.cli.cmd_supervisor``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TypedDict
 
 
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
-    """Worker flags; ``nimbus.cmd_supervisor.add_arguments`` should call this too."""
+    """Worker flags; ``nimbus.cli.cmd_supervisor.add_arguments`` should call this too."""
     p.add_argument(
         "--no-workers",
         action="store_true",

@@ -21,7 +21,7 @@ def start_supervisor(
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [
-                sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
+                sys.executable, "-m", "nimbus.cli.cmd_supervisor", "--zookeeper", zk_hosts,
                 "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", str(slots),
                 "--heartbeat-interval", "0.5", "--session-timeout", "6",
                 "--state-dir", str(state), "--worker-stop-timeout", "30", *extra,

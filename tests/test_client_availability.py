@@ -27,8 +27,8 @@ from cluster.factory import make_grpc_server
 from devtools.faultproxy import FaultProxy
 from fencing import WriteOutcomeUnknown
 from nimbus.client import NimbusClient
-from nimbus.grpc_errors import ErrorInterceptor
-from nimbus.grpc_metrics import MetricsInterceptor
+from nimbus.server.grpc_errors import ErrorInterceptor
+from nimbus.server.grpc_metrics import MetricsInterceptor
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
 from tests.replica_fixtures import ROOT, Spawn, package, sync_flags
 from tests.waiting import wait_until

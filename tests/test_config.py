@@ -10,7 +10,7 @@ import pytest
 
 from cluster.errors import ConfigError
 from nimbus.cli import build_parser
-from nimbus.cmd_serve import resolve
+from nimbus.cli.cmd_serve import resolve
 from nimbus.config import make_config
 from tests.cluster import REPO, free_port
 

@@ -79,7 +79,8 @@ class Supervisor:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", self.zookeeper,
+                    sys.executable, "-m", "nimbus.cli.cmd_supervisor",
+                    "--zookeeper", self.zookeeper,
                     "--root", ROOT, "--id", self.id, "--host", "127.0.0.1", "--slots", "1",
                     "--heartbeat-interval", "0.5", "--session-timeout", str(SESSION),
                     "--state-dir", str(self.state), "--checkpoint-dir", str(self.checkpoints),

@@ -25,9 +25,9 @@ import yaml
 
 from leader.health import LEADER_SERVICE
 from nimbus.cli import build_parser
-from nimbus.cmd_serve import resolve
+from nimbus.cli.cmd_serve import resolve
 from nimbus.config import make_config
-from nimbus.podlabel import LABEL, PodApi
+from nimbus.server.podlabel import LABEL, PodApi
 from tests.cluster import REPO, free_port
 from tests.replica_fixtures import Spawn
 from tests.waiting import wait_until

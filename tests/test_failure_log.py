@@ -7,7 +7,7 @@ from kazoo.client import KazooClient
 from cluster.api import records
 from cluster.paths import Paths
 from fencing.error_log import ERRORS_KEPT
-from nimbus.failure_log import COMPONENT, FailureLog
+from nimbus.duties.failure_log import COMPONENT, FailureLog
 from pipeline.failures import one_line
 from tests.replica_fixtures import ROOT
 from tests.test_scheduler import lead

@@ -16,8 +16,8 @@ from devtools.faultproxy import FaultProxy
 from leader.discovery import LeaderCache
 from leader.elector import Elector
 from leader.settings import ElectorSettings
+from nimbus.call_metadata import LEADER_METADATA_KEY
 from nimbus.client import NimbusCallError, NimbusClient
-from nimbus.servicer import LEADER_METADATA_KEY
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.waiting import wait_until
 

@@ -6,7 +6,7 @@ from kazoo.client import KazooClient
 
 from cluster.api import records
 from fencing import FencedWriter
-from nimbus.lifecycle import LifecycleDuty
+from nimbus.duties.lifecycle import LifecycleDuty
 from tests.test_scheduler import DIGEST, PATHS, lead
 
 NOW_MS = 10**13  # every kill below is long due

@@ -15,7 +15,7 @@ import pytest
 
 from cluster.api import pb
 from cluster.errors import ConfigError
-from nimbus import logs
+from nimbus.cli import logs
 from nimbus.client import NimbusClient
 from nimbus.config import make_config
 from tests.cluster import REPO, free_port, wait_for_agreed_leader

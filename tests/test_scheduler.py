@@ -30,7 +30,7 @@ from fencing import (
 )
 from fencing.lease import Lease
 from fencing.office import take_office
-from nimbus.planning import (
+from nimbus.duties.planning import (
     Demand,
     SchedulerError,
     Slot,
@@ -40,7 +40,7 @@ from nimbus.planning import (
     respread_due,
     stale_slots,
 )
-from nimbus.scheduler import SchedulerDuty
+from nimbus.duties.scheduler import SchedulerDuty
 from pipeline.supervisor import NO_RUNTIME
 from tests.cluster import REPO
 from tests.waiting import wait_until
@@ -248,7 +248,7 @@ class SupervisorProc:
     ) -> None:
         self.sid = sid
         cmd = [
-            sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zookeeper,
+            sys.executable, "-m", "nimbus.cli.cmd_supervisor", "--zookeeper", zookeeper,
             "--root", ROOT, "--id", sid, "--host", "127.0.0.1",
             "--heartbeat-interval", "0.2", "--session-timeout", str(session_timeout),
             "--no-workers",

@@ -21,7 +21,7 @@ from cluster.security.tls import load_client_tls, load_server_tls
 from cluster.security.tokens import TokenSet, bearer, load_client_token, parse_tokens
 from nimbus.cli import main
 from nimbus.client import NimbusCallError, NimbusClient
-from nimbus.security.interceptor import needs_token
+from nimbus.server.security.interceptor import needs_token
 from tests.cluster import REPO, Replica
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.security_helpers import Pki, make_pki, write_secret

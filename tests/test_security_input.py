@@ -31,7 +31,11 @@ from cluster.paths import Paths
 from code_sync.errors import PackageRejected
 from code_sync.package import check_package_bytes
 from nimbus.client import NimbusClient
-from nimbus.security.limits import MAX_CONFIG_DEPTH, check_submit_header, check_topology_config
+from nimbus.server.security.limits import (
+    MAX_CONFIG_DEPTH,
+    check_submit_header,
+    check_topology_config,
+)
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.waiting import wait_until

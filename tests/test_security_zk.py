@@ -19,7 +19,7 @@ from cluster.factory import make_kazoo_client
 from cluster.paths import Paths
 from cluster.security.zkauth import FILE_ENV, SECRET_ENV, ZkAuth, load_zk_auth
 from nimbus.client import NimbusClient
-from nimbus.security.credentials import read_credentials
+from nimbus.server.security.credentials import read_credentials
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit, sync_flags
 from tests.security_helpers import write_secret

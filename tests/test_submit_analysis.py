@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cluster.paths import Paths
 from code_sync.package import make_package
 from nimbus.client import NimbusCallError, NimbusClient
-from nimbus.package_check import CheckLimits, PackageCheckFailed, check_package
+from nimbus.duties.package_check import CheckLimits, PackageCheckFailed, check_package
 from pipeline.analysis import analyse, needs_analysis
 from pipeline.api import (
     Bolt,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from cluster.api import records
-from nimbus.sweeper import IN_FLIGHT_GRACE_MS, orphan_trees, sweep
+from nimbus.duties.sweeper import IN_FLIGHT_GRACE_MS, orphan_trees, sweep
 from tests.test_scheduler import PATHS, lead
 
 

@@ -32,8 +32,8 @@ from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster
 from leader.discovery import LeaderInfo
 from nimbus.client import NimbusClient
-from nimbus.ui.graph import GraphCache
-from nimbus.ui.snapshot import terms
+from nimbus.server.ui.graph import GraphCache
+from nimbus.server.ui.snapshot import terms
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
 from tests.processes import stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
@@ -133,7 +133,7 @@ def test_page_follows_a_leader_kill_live_and_draws_terms_topology_and_zk_loss(
         with (tmp_path / "supervisor.log").open("ab") as log:
             supervisor = subprocess.Popen(
                 [
-                    sys.executable, "-m", "nimbus.cmd_supervisor", "--zookeeper", zk_hosts,
+                    sys.executable, "-m", "nimbus.cli.cmd_supervisor", "--zookeeper", zk_hosts,
                     "--root", ROOT, "--id", "sup-1", "--host", "127.0.0.1", "--slots", "4",
                     "--heartbeat-interval", "0.5", "--session-timeout", "4", "--no-workers",
                 ],

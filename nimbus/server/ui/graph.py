@@ -3,7 +3,7 @@
 A topology checked at submit has its graph in ``StormBase.components_json`` and never
 comes here. For one recorded without it, the graph is whatever the package's ``build()``
 returns: user code, so it is run by the same sandboxed check the leader uses at submit
-(``nimbus.package_check``: a child process with time, memory and file limits), once per
+(``nimbus.duties.package_check``: a child process with time, memory and file limits), once per
 code digest (packages are immutable), in the background. A page asking for a graph sees
 ``loading`` first and the graph on a later update.
 """
@@ -17,7 +17,12 @@ from typing import Any
 
 from code_sync.errors import StoreError
 from code_sync.store import CodeStore
-from nimbus.package_check import CheckLimits, PackageCheckFailed, PackageInvalid, check_package
+from nimbus.duties.package_check import (
+    CheckLimits,
+    PackageCheckFailed,
+    PackageInvalid,
+    check_package,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The scheduler's pure logic: where each topology's workers go, and when.
 
 No I/O and time passed in, so the placement rules are tested directly; ``SchedulerDuty``
-(``nimbus.scheduler``) reads ZooKeeper, calls ``plan`` and writes what changed.
+(``nimbus.duties.scheduler``) reads ZooKeeper, calls ``plan`` and writes what changed.
 Placement is sticky: a worker stays where it is while its supervisor is registered and
 its heartbeat is fresh, so a failover or a new supervisor moves nothing.
 """

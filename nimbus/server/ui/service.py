@@ -11,10 +11,10 @@ from cluster.paths import Paths
 from cluster.recordcache import RecordCache
 from code_sync.store import CodeStore
 from leader.discovery import LeaderCache
-from nimbus.ui.graph import GraphCache
-from nimbus.ui.mirror import ZkMirror
-from nimbus.ui.server import UiServer
-from nimbus.ui.snapshot import ClusterView, Sources, mirrored_folders
+from nimbus.server.ui.graph import GraphCache
+from nimbus.server.ui.mirror import ZkMirror
+from nimbus.server.ui.server import UiServer
+from nimbus.server.ui.snapshot import ClusterView, Sources, mirrored_folders
 
 
 class WebUi:

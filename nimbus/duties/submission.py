@@ -41,8 +41,13 @@ from fencing import (
     stamp_epoch,
 )
 from nimbus.config import NimbusConfig
-from nimbus.package_check import CheckLimits, PackageCheckFailed, PackageInvalid, check_package
-from nimbus.requests import recall, remember
+from nimbus.duties.package_check import (
+    CheckLimits,
+    PackageCheckFailed,
+    PackageInvalid,
+    check_package,
+)
+from nimbus.duties.requests import recall, remember
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +165,7 @@ class Submitter:
 
     def _check(self, name: str, digest: str, config_json: str) -> list[dict[str, Any]]:
         """Run the package's ``build()`` and the topology validation, sandboxed (see
-        ``nimbus.package_check``); the graph it returns is kept in the record."""
+        ``nimbus.duties.package_check``); the graph it returns is kept in the record."""
         if self._config.validate_timeout == 0:
             return []
         key = (digest, config_json)

@@ -1,6 +1,6 @@
 """The leader's scheduler: which supervisor slots run each topology's workers.
 
-Two layers. ``plan`` and the staleness helpers are pure (``nimbus.planning``).
+Two layers. ``plan`` and the staleness helpers are pure (``nimbus.duties.planning``).
 ``SchedulerDuty`` is the leader-only thread that reads ZooKeeper, calls ``plan`` and writes
 only the assignments that changed, fenced and compare-and-set. Placement is sticky: a
 worker stays where it is while its supervisor is registered and its heartbeat is fresh,
@@ -24,8 +24,8 @@ from cluster.api import records
 from cluster.paths import Paths, parse_worker_name
 from cluster.reads import read_storms, storm_readable
 from fencing import FencedWriter, WriteConflictError, run_duty
-from nimbus.failure_log import FailureLog
-from nimbus.planning import (
+from nimbus.duties.failure_log import FailureLog
+from nimbus.duties.planning import (
     SCHEDULED,
     Demand,
     SchedulerError,

@@ -23,11 +23,10 @@ from cluster.api import rpc
 from cluster.factory import channel_options
 from cluster.security.client import ClientSecurity
 from cluster.security.tokens import METADATA_KEY as AUTHORIZATION
+from nimbus.call_metadata import FORWARD_METADATA_KEY, FORWARDED_BY_METADATA_KEY
 
 T = TypeVar("T")
 
-FORWARD_METADATA_KEY = "nimbus-forward"
-FORWARDED_BY_METADATA_KEY = "nimbus-forwarded-by"
 #: A forwarded call's deadline when the client set none.
 DEFAULT_TIMEOUT_S = 30.0
 

@@ -12,8 +12,8 @@ from cluster.api import pb, records
 from cluster.envargs import add_env_flag
 from cluster.errors import NimbusError
 from cluster.security.client import add_client_flags
+from nimbus.cli.cmd_topology import topology_row
 from nimbus.client import NimbusClient
-from nimbus.cmd_topology import topology_row
 
 
 def _common(p: argparse.ArgumentParser) -> None:

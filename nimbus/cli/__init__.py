@@ -1,8 +1,9 @@
 """The nimbus command: one entry point, one module per subcommand.
 
-The service's own subcommands are imported here; others (``nimbus dev`` and ``nimbus
-zookeeper`` from ``devtools``) register through the ``nimbus.commands`` entry-point group,
-so the daemon never imports the developer tooling that stands above it.
+``nimbus`` (the console script) and ``python -m nimbus.cli`` both run ``main``. The
+service's own subcommands are the ``cmd_*`` modules here; others (``nimbus dev`` and
+``nimbus zookeeper`` from ``devtools``) register through the ``nimbus.commands``
+entry-point group, so the daemon never imports the developer tooling that stands above it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from importlib.metadata import entry_points
 
 from cluster.errors import NimbusError
 from cluster.security import client as client_security
-from nimbus import cmd_leader, cmd_serve, cmd_supervisor, cmd_topology
 
 #: Entry-point group of extra subcommands: each names a ``register(subparsers)`` function.
 COMMANDS_GROUP = "nimbus.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not when the package is: ``python -m nimbus.cli.cmd_supervisor`` must
+    # not find its module already imported by its package (runpy would run a second copy).
+    from nimbus.cli import cmd_leader, cmd_serve, cmd_supervisor, cmd_topology
+
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_serve.register(sub)
@@ -43,7 +47,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     code: int = args.func(args)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from nimbus.grpc_wrap import Handler, Interceptor, wrap_handler
+from nimbus.server.grpc_wrap import Handler, Interceptor, wrap_handler
 
 #: (full method name, status code name, seconds) for each finished call.
 Observe = Callable[[str, str, float], None]

@@ -18,10 +18,10 @@ from google.protobuf.message import DecodeError, Message
 from cluster.api import records
 from cluster.paths import Paths, worker_name
 from leader.discovery import LeaderInfo
-from nimbus.ui.graph import GraphCache
-from nimbus.ui.holders import DEPTH as HOLDERS_DEPTH
-from nimbus.ui.holders import code_holders
-from nimbus.ui.mirror import ZkMirror
+from nimbus.server.ui.graph import GraphCache
+from nimbus.server.ui.holders import DEPTH as HOLDERS_DEPTH
+from nimbus.server.ui.holders import code_holders
+from nimbus.server.ui.mirror import ZkMirror
 from nimbus.views import component_metrics
 from pipeline.failures import slot_failures
 

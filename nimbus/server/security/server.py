@@ -17,7 +17,7 @@ from cluster.security.client import ClientSecurity
 from cluster.security.tls import ClientTls, ServerTls, load_server_tls, read_pem
 from cluster.security.tokens import TokenSet, load_token_set
 from cluster.security.zkauth import ZkAuth, load_zk_auth
-from nimbus.security.interceptor import AuthInterceptor
+from nimbus.server.security.interceptor import AuthInterceptor
 
 log = logging.getLogger(__name__)
 

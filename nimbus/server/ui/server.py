@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nimbus.ui.snapshot import ClusterView
+from nimbus.server.ui.snapshot import ClusterView
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from typing import Any
 from cluster.envargs import add_env_flag
 from cluster.errors import ConfigError, NimbusError
 from leader.settings import DEFAULT_BEAT_INTERVAL, DEFAULT_LEADER_LEASE, DEFAULT_SILENCE_WINDOW
-from nimbus import logs
+from nimbus.cli import logs
 from nimbus.config import make_config
-from nimbus.malloc import tune_for_streaming
+from nimbus.server.malloc import tune_for_streaming
 
 # flag, type, default, help. Values come from, highest first: the flag, the environment
 # variable NIMBUS_<FLAG>, the --config file (TOML, keys as flag names), the default.
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = make_config(**{**values, "code_dir": Path(values["code_dir"])})
         log_context.replica = config.replica_id
-        from nimbus.daemon import NimbusDaemon  # here: every other command skips its imports
+        from nimbus.server.daemon import NimbusDaemon  # here: every other command skips its imports
 
         daemon = NimbusDaemon(config)
         log_context.epoch = daemon.known_epoch

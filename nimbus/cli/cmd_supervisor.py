@@ -15,7 +15,7 @@ from cluster.errors import NimbusError
 from cluster.security import client as client_security
 from cluster.security.client import add_client_flags
 from cluster.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
-from nimbus import logs
+from nimbus.cli import logs
 from nimbus.metrics import MetricsServer, serve_supervisor_metrics
 from pipeline.supervisor import (
     Supervisor,
@@ -103,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nimbus.cmd_supervisor``: the same flags without the ``nimbus`` front end."""
-    parser = argparse.ArgumentParser(prog="python -m nimbus.cmd_supervisor", description=__doc__)
+    """``python -m nimbus.cli.cmd_supervisor``: the same flags without the ``nimbus`` front end."""
+    parser = argparse.ArgumentParser(
+        prog="python -m nimbus.cli.cmd_supervisor", description=__doc__
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     code: int = args.func(args)
@@ -113,6 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Run the imported module, not this ``__main__`` copy: one set of classes and loggers.
-    from nimbus.cmd_supervisor import main as run_main
+    from nimbus.cli.cmd_supervisor import main as run_main
 
     sys.exit(run_main())

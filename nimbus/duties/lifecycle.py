@@ -2,7 +2,7 @@
 
 Each change is one fenced multi-op: a compare-and-set of ``/storms/<id>`` at the version
 read, plus the ``/requests/<id>`` record when the client sent a request id (see
-``nimbus.requests``). A lost race re-reads and tries again; a retried request returns
+``nimbus.duties.requests``). A lost race re-reads and tries again; a retried request returns
 its first outcome. Removal after a kill, and the end of a rebalance, are due times
 stored in the record, so a new leader finishes what the old one started
 (``LifecycleDuty``).
@@ -37,9 +37,9 @@ from fencing import (
     run_duty,
     stamp_epoch,
 )
-from nimbus.planning import kill_due, rebalance_done
-from nimbus.requests import recall, remember
-from nimbus.sweeper import sweep
+from nimbus.duties.planning import kill_due, rebalance_done
+from nimbus.duties.requests import recall, remember
+from nimbus.duties.sweeper import sweep
 
 log = logging.getLogger(__name__)
 #: Lifecycle passes between two sweeps for orphan per-topology trees (one on taking office).

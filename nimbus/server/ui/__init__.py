@@ -4,6 +4,6 @@ Each replica draws the page from its own watch-fed caches, so the view survives 
 loss of any other replica, the leader included; nothing here writes to ZooKeeper.
 """
 
-from nimbus.ui.service import WebUi
+from nimbus.server.ui.service import WebUi
 
 __all__ = ["WebUi"]

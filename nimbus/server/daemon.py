@@ -33,20 +33,20 @@ from leader.registry import Registry
 from leader.settings import ElectorSettings
 from leader.silence_watch import SilenceWatch
 from nimbus.config import NimbusConfig, parse_address
-from nimbus.forward import Forwarder
-from nimbus.grpc_errors import ErrorInterceptor
-from nimbus.grpc_metrics import MetricsInterceptor
-from nimbus.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.duties.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.duties.scheduler import SchedulerDuty
+from nimbus.duties.submission import Submitter
 from nimbus.metrics import DownloadCounter, MetricsServer, ReplicaMetrics
-from nimbus.podlabel import PodApi, PodLabeler
-from nimbus.scheduler import SchedulerDuty
-from nimbus.security.credentials import CredentialsDuty
-from nimbus.security.server import load_server_security
-from nimbus.servicer import NimbusServicer
-from nimbus.submission import Submitter
-from nimbus.topology_api import DaemonTopologyApi
-from nimbus.ui import WebUi
-from nimbus.zkcheck import check_session_timeout
+from nimbus.server.forward import Forwarder
+from nimbus.server.grpc_errors import ErrorInterceptor
+from nimbus.server.grpc_metrics import MetricsInterceptor
+from nimbus.server.podlabel import PodApi, PodLabeler
+from nimbus.server.security.credentials import CredentialsDuty
+from nimbus.server.security.server import load_server_security
+from nimbus.server.servicer import NimbusServicer
+from nimbus.server.topology_api import DaemonTopologyApi
+from nimbus.server.ui import WebUi
+from nimbus.server.zkcheck import check_session_timeout
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fencing import NotLeaderError, WriteOutcomeUnknown
-from nimbus.grpc_wrap import (
+from nimbus.server.grpc_wrap import (
     Behavior,
     Handler,
     Interceptor,

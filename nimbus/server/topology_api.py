@@ -13,10 +13,10 @@ from cluster.names import check_digest
 from cluster.paths import Paths
 from code_sync.errors import PackageNotFound, StoreError
 from code_sync.store import CodeStore
-from nimbus import topologies
-from nimbus.lifecycle import Lifecycle
-from nimbus.security.limits import check_kill, check_rebalance, checked_submit, guarded
-from nimbus.submission import Submitter
+from nimbus.duties.lifecycle import Lifecycle
+from nimbus.duties.submission import Submitter
+from nimbus.server import topologies
+from nimbus.server.security.limits import check_kill, check_rebalance, checked_submit, guarded
 
 DOWNLOAD_CHUNK = 1024 * 1024
 
@@ -31,7 +31,7 @@ class DaemonTopologyApi:
         lifecycle: Lifecycle,
     ) -> None:
         self._client = client
-        self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/security)
+        self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/server/security)
         self.activate = lifecycle.activate
         self.deactivate = lifecycle.deactivate
         self.rebalance = guarded(check_rebalance, lifecycle.rebalance)

@@ -13,12 +13,10 @@ from cluster.apierror import ApiError
 from fencing import NotLeaderError
 from leader.discovery import LeaderCache
 from leader.elector import Elector
-from nimbus.forward import Call, Forwarder, wants_forwarding
+from nimbus.call_metadata import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
+from nimbus.server.forward import Call, Forwarder, wants_forwarding
 
 T = TypeVar("T")
-
-LEADER_METADATA_KEY = "nimbus-leader"
-LEADER_EPOCH_METADATA_KEY = "nimbus-leader-epoch"
 
 
 class TopologyApi(Protocol):
