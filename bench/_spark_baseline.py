@@ -11,17 +11,19 @@ tables. Rates are corpus rows (lines) per wall-clock second.
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import string
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from _common import bench_parser, cpu_seconds, percentile, print_json, print_table
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.runner import TopologyRun
@@ -45,6 +47,25 @@ def log_to(name: str) -> Callable[[str], None]:
 
 
 # -------------------------------------------------------------------------------- corpus
+
+
+def vocabulary(
+    rng: random.Random, size: int, *, shortest: int, apostrophes: float = 0.0
+) -> list[str]:
+    """``size`` distinct lower-case words of ``shortest`` to 12 letters; of those longer than
+    3 letters, a share ``apostrophes`` has an apostrophe inside."""
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < size:
+        length = min(12, max(shortest, int(rng.gauss(6, 2.5))))
+        word = "".join(rng.choices(string.ascii_lowercase, k=length))
+        if apostrophes and length > 3 and rng.random() < apostrophes:
+            cut = rng.randrange(1, length)
+            word = f"{word[:cut]}'{word[cut:]}"
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
 
 
 def zipf_cum_weights(size: int, exponent: float) -> list[float]:
@@ -72,13 +93,22 @@ def write_files(folder: Path, texts: Iterable[str]) -> int:
 # ---------------------------------------------------------------------------------- jobs
 
 
-class Sink(Protocol):
-    """What both jobs of a bench write to: it collects each micro-batch to the driver."""
+@dataclass
+class Sink:
+    """What both jobs of a bench write to: each micro-batch collected to the driver, counted
+    and handed to the bench's ``take``."""
 
-    batches: int
-    rows: int
+    batches: int = 0
+    rows: int = 0
 
-    def __call__(self, frame: DataFrame, batch_id: int) -> None: ...
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        rows = frame.collect()
+        self.take(rows)
+        self.batches += 1
+        self.rows += len(rows)
+
+    def take(self, rows: list[Row]) -> None:
+        raise NotImplementedError
 
 
 S = TypeVar("S", bound=Sink)
@@ -93,8 +123,19 @@ def await_api(running: TopologyRun, what: str) -> list[Any]:
     return [p for q in running.queries.values() for p in q.recentProgress]
 
 
-def await_plain(query: StreamingQuery, what: str) -> list[Any]:
-    """Wait for the hand-written query to finish; its progress reports."""
+def run_plain_frame(
+    frame: DataFrame, sink: Sink, checkpoint: Path, *, mode: str, name: str, what: str
+) -> list[Any]:
+    """Run the hand-written streaming frame into ``sink`` (output mode ``mode``, available
+    input only) until it finishes; its progress reports."""
+    query: StreamingQuery = (
+        frame.writeStream.foreachBatch(sink)
+        .outputMode(mode)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"bench-{name}-plain")
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         if not query.awaitTermination(int(RUN_TIMEOUT_S)):
             raise RuntimeError(f"plain {what} still running after {RUN_TIMEOUT_S:.0f} s")

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import string
 import sys
 import tempfile
 import time
@@ -68,22 +67,23 @@ from _spark_baseline import (
     PLAIN,
     Comparison,
     RunResult,
+    Sink,
     await_api,
-    await_plain,
     figures,
     figures_json,
     log_to,
     measure_in_session,
     print_runs,
     print_summary,
+    run_plain_frame,
     standard_columns,
+    vocabulary,
     write_files,
     zipf_cum_weights,
 )
 from _spark_baseline import main as baseline_main
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.api import (
     CallbackSink,
@@ -128,23 +128,10 @@ log = log_to("windows")
 # -------------------------------------------------------------------------------- corpus
 
 
-def vocabulary(rng: random.Random, size: int) -> list[str]:
-    """``size`` distinct lower-case words of 2-12 letters."""
-    words: list[str] = []
-    seen: set[str] = set()
-    while len(words) < size:
-        length = min(12, max(2, int(rng.gauss(6, 2.5))))
-        word = "".join(rng.choices(string.ascii_lowercase, k=length))
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-    return words
-
-
 def event_lines(rows: int, seed: int = SEED) -> list[str]:
     """``rows`` lines ``<ISO timestamp> <word>`` in time order, but for the jitter."""
     rng = random.Random(seed)
-    vocab = vocabulary(rng, VOCABULARY)
+    vocab = vocabulary(rng, VOCABULARY, shortest=2)
     rng.shuffle(vocab)  # Zipf ranks independent of word length
     cum_weights = zipf_cum_weights(len(vocab), ZIPF_EXPONENT)
     words = rng.choices(vocab, cum_weights=cum_weights, k=rows)
@@ -210,8 +197,8 @@ def python_rankings(folder: Path) -> tuple[Rankings, int]:
 
 
 @dataclass
-class Collector:
-    """The sink both jobs share: each window's ranked rows, collected to the driver.
+class Collector(Sink):
+    """The sink both jobs share: each window's ranked rows.
 
     A batch's rows are ``(window, word, count[, rank])``; rows of one window arrive best
     first (the plain job's ``explode`` keeps the array's order; the api's ``rank`` is
@@ -219,12 +206,9 @@ class Collector:
     """
 
     rankings: dict[int, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
-    batches: int = 0
-    rows: int = 0
     misranked: int = 0
 
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        rows = frame.collect()
+    def take(self, rows: list[Row]) -> None:
         for row in rows:
             # Spark hands a timestamp over as a naive local datetime: .timestamp() undoes it.
             start = int(row[0].start.timestamp())
@@ -232,8 +216,6 @@ class Collector:
             top.append((row[1], row[2]))
             if len(row) > 3 and row[3] != len(top):
                 self.misranked += 1
-        self.batches += 1
-        self.rows += len(rows)
 
 
 def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
@@ -273,16 +255,8 @@ def plain_frame(spark: SparkSession, corpus: Path) -> DataFrame:
 
 def run_plain(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
     """The fastest hand-written Structured Streaming rolling top words we know of."""
-    query: StreamingQuery = (
-        plain_frame(spark, corpus)
-        .writeStream.foreachBatch(sink)
-        .outputMode("append")
-        .option("checkpointLocation", str(checkpoint))
-        .queryName("bench-windows-plain")
-        .trigger(availableNow=True)
-        .start()
-    )
-    return await_plain(query, "top words")
+    frame = plain_frame(spark, corpus)
+    return run_plain_frame(frame, sink, checkpoint, mode="append", name="windows", what="top words")
 
 
 def comparison(expected: Rankings, rows: int) -> Comparison[Collector]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import random
 import re
-import string
 import sys
 import tempfile
 import time
@@ -57,22 +56,23 @@ from _spark_baseline import (
     PLAIN,
     Comparison,
     RunResult,
+    Sink,
     await_api,
-    await_plain,
     figures,
     figures_json,
     log_to,
     measure_in_session,
     print_runs,
     print_summary,
+    run_plain_frame,
     standard_columns,
+    vocabulary,
     write_files,
     zipf_cum_weights,
 )
 from _spark_baseline import main as baseline_main
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.api import (
     CallbackSink,
@@ -112,23 +112,6 @@ log = log_to("wordcount")
 # -------------------------------------------------------------------------------- corpus
 
 
-def vocabulary(rng: random.Random, size: int) -> list[str]:
-    """``size`` distinct lower-case words of 1-12 letters, a few with an apostrophe."""
-    words: list[str] = []
-    seen: set[str] = set()
-    letters = string.ascii_lowercase
-    while len(words) < size:
-        length = min(12, max(1, int(rng.gauss(6, 2.5))))
-        word = "".join(rng.choices(letters, k=length))
-        if length > 3 and rng.random() < 0.03:
-            cut = rng.randrange(1, length)
-            word = f"{word[:cut]}'{word[cut:]}"
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-    return words
-
-
 def make_line(words: list[str], rng: random.Random) -> str:
     """A sentence: capitalized, with the odd comma, an upper-cased word or a digit run."""
     out = list(words)
@@ -152,7 +135,7 @@ def write_corpus(folder: Path, lines: int, files: int, seed: int = SEED) -> int:
     Deterministic for a given seed.
     """
     rng = random.Random(seed)
-    vocab = vocabulary(rng, VOCABULARY)
+    vocab = vocabulary(rng, VOCABULARY, shortest=1, apostrophes=0.03)
     rng.shuffle(vocab)  # Zipf ranks independent of word length
     cum_weights = zipf_cum_weights(len(vocab), ZIPF_EXPONENT)
     lengths_range = range(WORDS_PER_LINE[0], WORDS_PER_LINE[1] + 1)
@@ -188,19 +171,14 @@ def python_counts(folder: Path) -> tuple[Counter[str], int]:
 
 
 @dataclass
-class Collector:
-    """The sink both jobs share: the latest count of each word, collected to the driver."""
+class Collector(Sink):
+    """The sink both jobs share: the latest count of each word."""
 
     counts: dict[str, int] = field(default_factory=dict)
-    batches: int = 0
-    rows: int = 0
 
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        rows = frame.collect()
+    def take(self, rows: list[Row]) -> None:
         for word, count in rows:
             self.counts[word] = count
-        self.batches += 1
-        self.rows += len(rows)
 
 
 def run_api(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collector) -> list[Any]:
@@ -223,17 +201,10 @@ def run_plain(spark: SparkSession, corpus: Path, checkpoint: Path, sink: Collect
         .select(F.explode(F.split(F.lower(F.col("value")), WORD_SEPARATOR)).alias("word"))
         .where(F.col("word") != "")
     )
-    query: StreamingQuery = (
-        words.groupBy("word")
-        .count()
-        .writeStream.foreachBatch(sink)
-        .outputMode("update")
-        .option("checkpointLocation", str(checkpoint))
-        .queryName("bench-wordcount-plain")
-        .trigger(availableNow=True)
-        .start()
+    counts = words.groupBy("word").count()
+    return run_plain_frame(
+        counts, sink, checkpoint, mode="update", name="wordcount", what="word count"
     )
-    return await_plain(query, "word count")
 
 
 def comparison(expected: Counter[str], lines: int) -> Comparison[Collector]:
