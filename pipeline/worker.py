@@ -104,12 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = Worker(
         client,
         paths,
-        topology_id=args.topology_id,
-        supervisor_id=args.supervisor_id,
-        slot=args.slot,
+        claim=claim,
         heartbeat_interval=args.heartbeat_interval,
         session_timeout=args.session_timeout,
-        claim=claim,
         history=FailureHistory(
             args.last_error, args.failures_in_a_row, args.restarts, args.log_path
         ),

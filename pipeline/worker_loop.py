@@ -96,14 +96,13 @@ class Worker:
         client: KazooClient,
         paths: Paths,
         *,
-        topology_id: str,
-        supervisor_id: str,
-        slot: int,
+        claim: SlotClaim,
         heartbeat_interval: float,
         session_timeout: float,
-        claim: SlotClaim,
         history: FailureHistory | None = None,
     ) -> None:
+        """The worker of ``claim``'s slot (its topology, supervisor and slot)."""
+        topology_id, supervisor_id, slot = claim.topology_id, claim.supervisor_id, claim.slot
         self.topology_id = topology_id
         self.history = history or FailureHistory()
         self.failure: str | None = None  # why the query failed, one line

@@ -59,6 +59,15 @@ def python_count(texts: Iterable[str]) -> Counter[str]:
     )
 
 
+def corpus_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """The example's corpus copied into ``tmp_path/in``; that folder and ``tmp_path/out``."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for path in CORPUS:
+        shutil.copy(path, inp)
+    return inp, tmp_path / "out"
+
+
 def sink_counts(folder: Path, key: str = "word", value: str = "count") -> Counter[str]:
     """Replay a FileSink folder of update-mode counts: the last count of each key wins."""
     latest = latest_by_key(read_batches(folder), key)
@@ -260,10 +269,7 @@ def test_word_count_of_the_example_equals_a_python_count(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    inp, out = tmp_path / "in", tmp_path / "out"
-    inp.mkdir()
-    for path in CORPUS:
-        shutil.copy(path, inp)
+    inp, out = corpus_copy(tmp_path)
     monkeypatch.setenv("WORDCOUNT_INPUT", str(inp))
     monkeypatch.setenv("WORDCOUNT_OUTPUT", str(out))
     topology = load_topology(EXAMPLE)
@@ -388,10 +394,7 @@ def test_a_python_arrow_flat_map_counts_like_the_sql_split(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    inp, out = tmp_path / "in", tmp_path / "out"
-    inp.mkdir()
-    for path in CORPUS:
-        shutil.copy(path, inp)
+    inp, out = corpus_copy(tmp_path)
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "topology.py").write_text(ARROW_PACKAGE)

@@ -29,9 +29,9 @@ class Clock:
         return self.now
 
 
-def watching(clock: Clock) -> SilenceMachine:
+def watching(clock: Clock, closed_window: float | None = None) -> SilenceMachine:
     """Connected, our own beats committing, the leader's beat seen at version 7."""
-    m = SilenceMachine(window=P, own_gap=GAP)
+    m = SilenceMachine(window=P, own_gap=GAP, closed_window=closed_window)
     m.connection(True, clock())
     m.own_beat(clock(), clock())
     m.watch(LEADER, clock())
@@ -181,11 +181,7 @@ def test_a_target_heard_dead_is_silent_after_the_short_window_only() -> None:
     )
     assert BeatSettings(silence_window=0).closed_window == 0.0  # off stays off
     clock = Clock()
-    m = SilenceMachine(window=P, own_gap=GAP, closed_window=CLOSED_WINDOW)
-    m.connection(True, clock())
-    m.own_beat(clock(), clock())
-    m.watch(LEADER, clock())
-    m.saw(LEADER, 7, clock())
+    m = watching(clock, CLOSED_WINDOW)
     m.peer_closed(LEADER, True)
     run(m, clock, CLOSED_WINDOW - 0.01)
     assert m.decide(clock()).verdict is Verdict.WATCHING
@@ -204,11 +200,7 @@ def test_heard_dead_never_overrides_the_stall_guards() -> None:
     """A closed connection does not make a stall of ZooKeeper (our own beats lapsed) or
     our own disconnect look like silence."""
     clock = Clock()
-    m = SilenceMachine(window=P, own_gap=GAP, closed_window=CLOSED_WINDOW)
-    m.connection(True, clock())
-    m.own_beat(clock(), clock())
-    m.watch(LEADER, clock())
-    m.saw(LEADER, 7, clock())
+    m = watching(clock, CLOSED_WINDOW)
     m.peer_closed(LEADER, True)
     run(m, clock, CLOSED_WINDOW + 0.1, own_beats=False)
     assert m.decide(clock()).verdict is Verdict.OWN_BEATS_LAPSED

@@ -30,7 +30,7 @@ import pyspark
 import pytest
 
 from code_sync.package import make_package
-from tests.test_pipeline import CORPUS, EXAMPLE, python_count, sink_counts
+from tests.test_pipeline import CORPUS, EXAMPLE, corpus_copy, python_count, sink_counts
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,10 +186,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneC
 def test_word_count_runs_on_a_standalone_cluster(
     standalone: StandaloneCluster, tmp_path: Path
 ) -> None:
-    inp, out = tmp_path / "in", tmp_path / "out"
-    inp.mkdir()
-    for path in CORPUS:
-        shutil.copy(path, inp)
+    inp, out = corpus_copy(tmp_path)
     package = make_package(
         {
             p.relative_to(EXAMPLE).as_posix(): p.read_bytes()

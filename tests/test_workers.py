@@ -100,15 +100,20 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
             shown = cli("describe", "wordcount", "--seeds", seeds, "--json")
             return [w["state"] for w in json.loads(shown.stdout)["workers"]]
 
-        wait_until(
-            lambda: output_counts(out) == counted(first),
-            timeout=120,
-            interval=0.5,
-            message="the first corpus counted exactly",
-        )
-        assert worker_states() == ["running"]
-        assert metric(metrics_port, "nimbus_supervisor_workers_running") == 1
-        assert metric(metrics_port, "nimbus_supervisor_worker_restarts_total") == 0
+        def counted_exactly(texts: list[str], restarts: int, message: str) -> None:
+            """The output counts ``texts`` exactly, from one running worker restarted
+            ``restarts`` times."""
+            wait_until(
+                lambda: output_counts(out) == counted(texts),
+                timeout=120,
+                interval=0.5,
+                message=message,
+            )
+            assert worker_states() == ["running"]
+            assert metric(metrics_port, "nimbus_supervisor_workers_running") == 1
+            assert metric(metrics_port, "nimbus_supervisor_worker_restarts_total") == restarts
+
+        counted_exactly(first, 0, "the first corpus counted exactly")
         killed = worker_pid()
         assert killed is not None and alive(killed)
 
@@ -123,15 +128,8 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
         assert restarted is not None
         wait_until(lambda: not alive(killed), timeout=10, message="the killed worker reaped")
         add_input(inbox, "part-3.txt", third)
-        wait_until(
-            lambda: output_counts(out) == counted(first + second + third),
-            timeout=120,
-            interval=0.5,
-            message="all input counted exactly once after the restart",
-        )
-        assert worker_states() == ["running"]
-        assert metric(metrics_port, "nimbus_supervisor_workers_running") == 1
-        assert metric(metrics_port, "nimbus_supervisor_worker_restarts_total") == 1
+        everything = first + second + third
+        counted_exactly(everything, 1, "all input counted exactly once after the restart")
 
         stopped = cli("kill", "wordcount", "--seeds", seeds, "--wait", "0")
         assert stopped.returncode == 0, stopped.stderr
