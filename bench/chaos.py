@@ -198,6 +198,9 @@ def main() -> int:
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true", help="2 trials of each fault")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--name", default="chaos", help="report file names: NAME.json, NAME.md (chaos-T20 at T=20)"
+    )
     parser.add_argument("--note", action="append", default=[], help="a line for the report")
     parser.add_argument(
         "--histories", type=Path, default=None, help="also save each fault's history here"
@@ -221,8 +224,9 @@ def main() -> int:
         "notes": list(args.note),
     }
     results: list[RunResult] = []
-    if args.merge and (args.out / "chaos.json").exists():
-        earlier = json.loads((args.out / "chaos.json").read_text())
+    report_json = args.out / f"{args.name}.json"
+    if args.merge and report_json.exists():
+        earlier = json.loads(report_json.read_text())
         report["started"] = earlier["started"]
         report["notes"] = earlier.get("notes", []) + report["notes"]
         for name, line in earlier["faults"].items():
@@ -266,9 +270,9 @@ def main() -> int:
             report["faults"][name] = line
             report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
             print(json.dumps({name: line}), flush=True)
-            (args.out / "chaos.json").write_text(json.dumps(report, indent=2) + "\n")
-            write_markdown(report, args.out / "chaos.md")
-            plot(results, args.out / "chaos-timeline.png")
+            report_json.write_text(json.dumps(report, indent=2) + "\n")
+            write_markdown(report, args.out / f"{args.name}.md")
+            plot(results, args.out / f"{args.name}-timeline.png")
             zk.heal()
     print(json.dumps({n: f.get("violations", f) for n, f in report["faults"].items()}))
     return 0

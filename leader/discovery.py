@@ -58,6 +58,9 @@ class LeaderCache:
         self._guard = threading.Lock()
         self._changed = threading.Condition()  # its own lock: predicates read under _guard
         self._epoch_record: records.LeaderEpoch | None = None
+        # The highest epoch ever read: a view behind it (a new session on a server that
+        # lags) is never reported; the leader is "not known" until the view catches up.
+        self._highest_epoch = 0
         self._lock_children: frozenset[str] = frozenset()
         self._nimbuses: dict[str, records.NimbusSummary] = {}
         self._sessions: dict[str, int] = {}  # address -> the session that registered it
@@ -136,6 +139,17 @@ class LeaderCache:
             except DecodeError:
                 log.warning("ignoring a damaged %s record", self._paths.leader_epoch)
         with self._guard:
+            if record is not None and record.epoch < self._highest_epoch:
+                log.warning(
+                    "%s read at epoch %d, behind epoch %d read before (a server that lags): "
+                    "the leader is not known until the view catches up",
+                    self._paths.leader_epoch,
+                    record.epoch,
+                    self._highest_epoch,
+                )
+                record = None
+            elif record is not None:
+                self._highest_epoch = record.epoch
             self._epoch_record = record
         self._notify()
 

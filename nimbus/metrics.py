@@ -118,6 +118,13 @@ class ReplicaMetrics:
             "Dead leaders this replica preempted (deleted their lock node on evidence)",
             registry=r,
         )
+        self.zookeeper_server_moves = Counter(
+            "nimbus_zookeeper_server_moves",
+            "Moves of this replica's ZooKeeper session off a server seen behind its quorum, "
+            "by the suspect server",
+            ["server"],
+            registry=r,
+        )
         self.code_sync_bytes = Counter(
             "nimbus_code_sync_bytes",
             "Package bytes received from peer replicas by code sync",
@@ -153,6 +160,9 @@ class ReplicaMetrics:
 
     def preempted(self, evidence: str) -> None:
         self.preemptions.inc()
+
+    def left_zookeeper_server(self, suspect: str) -> None:
+        self.zookeeper_server_moves.labels(server=suspect).inc()
 
     def fenced_write(self, result: str) -> None:
         self.fenced_writes.labels(result=result).inc()

@@ -40,8 +40,12 @@ class Replica:
         port: int | None = None,
         code_dir: Path | None = None,
         extra: tuple[str, ...] = (),
+        entry: str = "nimbus.cli",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.extra = extra
+        self.entry = entry  # the module run with -m: the CLI, or a wrapper that injects faults
+        self.env = env
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.zookeeper = zookeeper
@@ -54,13 +58,14 @@ class Replica:
 
     def start(self) -> Replica:
         cmd = [
-            sys.executable, "-m", "nimbus.cli", "serve",
+            sys.executable, "-m", self.entry, "serve",
             "--zookeeper", self.zookeeper, "--root", self.root,
             "--listen", self.address, "--session-timeout", str(self.session_timeout),
             "--code-dir", str(self.code_dir), *self.extra,
         ]  # fmt: skip
+        env = None if self.env is None else {**os.environ, **self.env}
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         log.close()
         return self
 

@@ -20,6 +20,7 @@ from cluster.factory import connect, make_grpc_server, make_kazoo_client
 from cluster.recordcache import RecordCache
 from cluster.security import client as client_security
 from cluster.security.zkauth import warn_if_open
+from cluster.server_move import ServerMover
 from code_sync.duty import CodeMissingDuty
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
@@ -144,6 +145,14 @@ class NimbusDaemon:
             timeout=config.session_timeout,
             on_preempt=self.metrics.preempted,
         )
+        # At most one move per silence window; the suspect is left out for a session
+        # timeout, long enough for a server that diverged to be noticed by its peers.
+        self.server_mover = ServerMover(
+            self.client,
+            min_interval=max(config.beats.silence_window, 1.0),
+            quarantine=max(config.session_timeout, 10.0),
+            on_move=lambda move: self.metrics.left_zookeeper_server(move.suspect),
+        )
         self.silence = SilenceWatch(
             self.client,
             self.paths,
@@ -153,6 +162,7 @@ class NimbusDaemon:
             config.beats,
             timeout=config.session_timeout,
             on_preempt=self.metrics.preempted,
+            on_stale_server=self.server_mover.move,
         )
         self.elector.beater.add_listener(self.silence.beat_acked)
         self.registry = Registry(
@@ -280,6 +290,7 @@ class NimbusDaemon:
             self.ui.stop()
         self.preemptor.stop()
         self.silence.stop()
+        self.server_mover.stop()
         self.elector.stop()
         self.syncer.stop()
         self.health.refresh()

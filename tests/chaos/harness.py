@@ -103,12 +103,19 @@ class ChaosCluster:
                     "--advertise",
                     front.address,
                 ),
+                # The real CLI, its kazoo loop made to die on demand (the kazoo-loop fault).
+                entry="tests.procs.zk_loop_dies",
+                env={"NIMBUS_TEST_LOOP_TRIGGER": str(self.loop_trigger(i))},
             )
             self.nodes.append(Node(i, replica, zk_links, front, tmpfs))
         for node in self.nodes:
             node.replica.start()
         self.wait_healthy(timeout)
         return self
+
+    def loop_trigger(self, i: int) -> Path:
+        """The file whose existence makes replica ``i``'s kazoo connection loop die."""
+        return self.workdir / f"kill-kazoo-loop-{i}"
 
     def stop_replicas(self) -> None:
         """SIGKILL every replica, keep everything else: the state stays still for checks."""

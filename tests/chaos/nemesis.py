@@ -214,6 +214,75 @@ def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         n.healed(f)
 
 
+def _cut_from_peers(n: Nemesis, f: Fault, victim: int, role: str) -> None:
+    """Cut ZooKeeper server ``victim`` from its peers (its client port still answers) for
+    2T, then heal: it leaves the quorum, its clients move, and after the heal it rejoins
+    and may keep what the quorum dropped (ZOOKEEPER-4837, -5010)."""
+    zk = n.cluster.zk
+    f.target = f"zk node {victim} ({role}) cut from its peers"
+    cut = LoopbackPortCut(zk.quorum_ports(victim))
+    n.held(f, 2 * n.T, cut.cut, cut.heal)
+
+
+def zk_cut_used_follower_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """A ZooKeeper follower that Nimbus replicas are connected to, cut from its peers."""
+    zk_leader = _zk_leader(n)
+    used = [n.cluster.zk_node_of(i) for i in range(len(n.cluster.nodes))]
+    followers = [i for i in range(n.cluster.zk.size) if i != zk_leader]
+    victim = max(followers, key=used.count)
+    _cut_from_peers(n, f, victim, f"follower serving {used.count(victim)} replica(s)")
+
+
+def zk_cut_nimbus_leaders_server_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """The ZooKeeper server the Nimbus leader is connected to, cut from its peers."""
+    victim = n.cluster.zk_node_of(leader.index)
+    if victim is None:
+        victim = _zk_leader(n)
+    role = "leader" if victim == _zk_leader(n) else "follower"
+    _cut_from_peers(n, f, victim, f"{role}, the Nimbus leader's server")
+
+
+def zk_rolling_restart(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """SIGKILL every ZooKeeper server in turn, the leader last, each restarted and serving
+    before the next: an operator's rolling restart, under the client workload."""
+    zk = n.cluster.zk
+    zk_leader = _zk_leader(n)
+    order = [i for i in range(zk.size) if i != zk_leader] + [zk_leader]
+    f.target = f"zk nodes {order} in turn"
+    n.mark(f)
+    try:
+        for i in order:
+            zk.restart(i)  # kill, start on the same data, return once it serves
+            wait_until(
+                lambda: all(zk.node_mode(j) in ("leader", "follower") for j in range(zk.size)),
+                timeout=60,
+                interval=0.2,
+                message="the ensemble whole again",
+            )
+    finally:
+        n.healed(f)
+
+
+def kazoo_loop_killed(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """The leader's kazoo connection loop meets an exception it does not expect: the
+    replica must exit loudly (``cluster.zkloop``), and it is restarted, as a pod would be."""
+    i = leader.index
+    trigger = n.cluster.loop_trigger(i)
+    f.target = f"replica {i}"
+    n.mark(f)
+    trigger.touch()
+    try:
+        replica = n.cluster.nodes[i].replica
+        assert replica.proc is not None
+        code = wait_until(replica.proc.poll, timeout=30, interval=0.05,
+                          message="the replica exiting after its kazoo loop died")  # fmt: skip
+        f.note = f"exit status {code}"
+    finally:
+        trigger.unlink(missing_ok=True)
+        n.healed(f)
+    n.cluster.restart(i)
+
+
 def _quorum_loss(factor: float) -> Inject:
     def run(n: Nemesis, f: Fault, leader: LeaderView) -> None:
         zk = n.cluster.zk
@@ -301,6 +370,20 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("zk-kill-follower", _zk_kill("follower"), "same-leader"),
         FaultKind("zk-kill-leader", _zk_kill("leader"), "same-leader"),
         FaultKind("zk-cut-leader-from-peers", zk_cut_leader_from_peers, "heal+2", needs_root=True),
+        FaultKind(
+            "zk-cut-used-follower-from-peers",
+            zk_cut_used_follower_from_peers,
+            "heal+2",
+            needs_root=True,
+        ),
+        FaultKind(
+            "zk-cut-nimbus-leaders-server-from-peers",
+            zk_cut_nimbus_leaders_server_from_peers,
+            "heal+2",
+            needs_root=True,
+        ),
+        FaultKind("zk-rolling-restart", zk_rolling_restart, "heal+2"),
+        FaultKind("kazoo-loop-killed", kazoo_loop_killed, "T+2"),
         FaultKind("zk-quorum-loss-T/2", _quorum_loss(0.5), "heal+2"),
         FaultKind("zk-quorum-loss-3T", _quorum_loss(3.0), "heal+2"),
         FaultKind("truncate-then-kill", truncate_then_kill, "T+2"),
