@@ -163,13 +163,19 @@ def submit_cli(path: Path, name: str, seeds: str) -> subprocess.CompletedProcess
     return nimbus("submit", str(path), "--name", name, "--seeds", seeds)
 
 
+def with_topology(replicas: list[Replica], tmp_path: Path, name: str) -> tuple[str, Replica]:
+    """Topology ``name`` submitted through the CLI (which must succeed); the seeds and the
+    leader."""
+    seeds = seeds_of(replicas)
+    path, _ = package(tmp_path, name)
+    assert submit_cli(path, name, seeds).returncode == 0
+    return seeds, leader_of(replicas)
+
+
 def test_cli_calls_right_after_a_sigkill_of_the_leader_succeed(
     three: list[Replica], tmp_path: Path
 ) -> None:
-    seeds = seeds_of(three)
-    path, _ = package(tmp_path, "a")
-    assert submit_cli(path, "a", seeds).returncode == 0
-    leader = leader_of(three)
+    seeds, leader = with_topology(three, tmp_path, "a")
     leader.send(signal.SIGKILL)
     # At once, while no leader is in office: the calls must wait for the next one.
     killed = nimbus("kill", "a", "--seeds", seeds, "--json")
@@ -267,10 +273,7 @@ def test_a_follower_forwards_a_leader_only_call_when_asked_and_never_twice(
     three: list[Replica], tmp_path: Path
 ) -> None:
     """What lets a client cut from the leader alone still get through: a follower relays."""
-    seeds = seeds_of(three)
-    path, _ = package(tmp_path, "relay")
-    assert submit_cli(path, "relay", seeds).returncode == 0
-    leader = leader_of(three)
+    _, leader = with_topology(three, tmp_path, "relay")
     follower = next(r for r in three if r is not leader)
     request = pb.TopologyNameRequest(name="relay", client_request_id="relay-1")
     with pytest.raises(grpc.RpcError) as redirected:
