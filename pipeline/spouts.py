@@ -32,7 +32,25 @@ from pipeline.components import Fields, Spout, as_fields, ddl_field_names
 from pipeline.errors import TopologyError
 
 
-class FilesSpout(Spout):
+class _LineSpout(Spout):
+    """Text lines, one row per line in the one field ``field`` (the source's ``value``)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    @property
+    def fields(self) -> Fields:
+        return as_fields((self.field,), type(self).__name__)
+
+    def stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
+        return self.lines(spark).withColumnRenamed("value", self.field)
+
+    @abstractmethod
+    def lines(self, spark: SparkSession) -> DataFrame:
+        """The source's streaming frame, its lines in column ``value``."""
+
+
+class FilesSpout(_LineSpout):
     """Lines of the text files in a folder, one row per line (Spark's file source).
 
     Spark records which files each micro-batch read in the checkpoint, so a restart
@@ -43,19 +61,15 @@ class FilesSpout(Spout):
     def __init__(
         self, folder: str | Path, field: str = "line", *, max_files_per_trigger: int | None = None
     ) -> None:
+        super().__init__(field)
         self.folder = str(folder)
-        self.field = field
         self.max_files_per_trigger = max_files_per_trigger
 
-    @property
-    def fields(self) -> Fields:
-        return as_fields((self.field,), "FilesSpout")
-
-    def stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
+    def lines(self, spark: SparkSession) -> DataFrame:
         reader = spark.readStream.format("text")
         if self.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
-        return reader.load(self.folder).withColumnRenamed("value", self.field)
+        return reader.load(self.folder)
 
 
 class RateSpout(Spout):
@@ -81,28 +95,23 @@ class RateSpout(Spout):
         return frame.toDF(*self._fields)
 
 
-class SocketSpout(Spout):
+class SocketSpout(_LineSpout):
     """Lines read from a TCP socket. Not replayable: for demos, never exactly-once."""
 
     replayable: ClassVar[bool] = False
 
     def __init__(self, host: str, port: int, field: str = "line") -> None:
+        super().__init__(field)
         self.host = host
         self.port = port
-        self.field = field
 
-    @property
-    def fields(self) -> Fields:
-        return as_fields((self.field,), "SocketSpout")
-
-    def stream(self, spark: SparkSession, parallelism: int) -> DataFrame:
-        frame = (
+    def lines(self, spark: SparkSession) -> DataFrame:
+        return (
             spark.readStream.format("socket")
             .option("host", self.host)
             .option("port", str(self.port))
             .load()
         )
-        return frame.withColumnRenamed("value", self.field)
 
 
 class PythonSpout(Spout):

@@ -78,13 +78,23 @@ def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:
 
 
 def submit(
-    client: NimbusClient, path: Path, name: str, digest: str | None = None
+    client: NimbusClient,
+    path: Path,
+    name: str,
+    digest: str | None = None,
+    *,
+    num_workers: int = 0,
+    request_id: str = "",
 ) -> pb.SubmitTopologyResponse:
+    """Submit the package at ``path`` (expecting ``digest``, by default its own), in 64 KiB
+    chunks; ``num_workers`` 0 and ``request_id`` "" leave those to their defaults."""
     data = path.read_bytes()
     header = pb.SubmitHeader(
         name=name,
         expected_digest=digest or hashlib.sha256(data).hexdigest(),
         package_size=len(data),
+        num_workers=num_workers,
+        client_request_id=request_id,
     )
     chunk = 65536
     return client.submit(

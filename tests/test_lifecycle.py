@@ -153,18 +153,9 @@ def test_a_retried_request_id_returns_the_first_outcome(
 ) -> None:
     replica = lone_leader(spawn)
     path, _ = package(tmp_path, "wc")
-    data = path.read_bytes()
-    import hashlib
-
-    header = pb.SubmitHeader(
-        name="wc",
-        expected_digest=hashlib.sha256(data).hexdigest(),
-        package_size=len(data),
-        client_request_id="req-submit-1",
-    )
     with NimbusClient([replica.address]) as client:
-        first = client.submit(header, lambda: iter([data]))
-        second = client.submit(header, lambda: iter([data]))
+        first = submit(client, path, "wc", request_id="req-submit-1")
+        second = submit(client, path, "wc", request_id="req-submit-1")
         assert second.topology_id == first.topology_id
         assert len(zk_client.get_children(PATHS.storms)) == 1
         kill = pb.KillTopologyRequest(name="wc", wait_s=60, client_request_id="req-kill-1")

@@ -8,7 +8,6 @@ The page is read the way a person reads it: by what it shows.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import queue
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cluster.api import pb, records
+from cluster.api import records
 from code_sync.package import make_package
 from code_sync.store import CodeStore
 from devtools.faultproxy import FaultProxy
@@ -36,7 +35,7 @@ from nimbus.server.ui.graph import GraphCache
 from nimbus.server.ui.snapshot import terms
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
 from tests.processes import stop_process
-from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.replica_fixtures import ROOT, Spawn, submit, sync_flags
 from tests.waiting import wait_until
 
 CHROMIUM = Path(os.environ.get("NIMBUS_TEST_CHROMIUM", "/usr/bin/chromium"))
@@ -86,15 +85,8 @@ def _submit_wordcount(seeds: list[str], tmp_path: Path) -> None:
     path = make_package(
         {"topology.py": (EXAMPLE / "topology.py").read_bytes()}, tmp_path / "wordcount.zip"
     )
-    data = path.read_bytes()
-    header = pb.SubmitHeader(
-        name="wordcount",
-        expected_digest=hashlib.sha256(data).hexdigest(),
-        package_size=len(data),
-        num_workers=2,
-    )
     with NimbusClient(seeds) as client:
-        client.submit(header, lambda: iter([data]))
+        submit(client, path, "wordcount", num_workers=2)
 
 
 def _holders(page: Any) -> list[str]:
