@@ -178,8 +178,9 @@ def _zk_kill(role: str) -> Inject:
     return run
 
 
-#: Followers drop a silent ZooKeeper leader after syncLimit (about 5 s, ``zkserver``).
-ZK_PEER_CUT_ELECTION_S = 30.0
+#: Followers drop a silent ZooKeeper leader after syncLimit (about 5 s, ``zkserver``); the
+#: election without it then waits out connection timeouts: 10-30 s seen, so allow 60.
+ZK_PEER_CUT_ELECTION_S = 60.0
 
 
 def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
