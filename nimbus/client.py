@@ -72,10 +72,14 @@ READ_DEADLINE_S = 10.0
 #: there with the same request id. A frozen or stuck leader then costs about the
 #: failover, not a keepalive timeout plus a forward to the same frozen leader.
 HEDGE_AFTER_S = 1.0
-HEDGE_EVERY_S = 0.5
+HEDGE_EVERY_S = 0.25
 #: The slowest upload a submit attempt allows for, on top of the call's deadline.
 MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
 SAFETY_ATTEMPTS = 10_000
+#: The longest pause between two attempts of one call (full jitter below it). A failover
+#: takes 0.6-3 s; with pauses of up to 1 s the first call through came a second after the
+#: new leader took office. An attempt costs a few cheap replies, so a quarter second.
+MAX_BACKOFF_S = 0.25
 
 #: Leader-only unary calls by name, each as a typed stub method.
 _LEADER_CALLS: dict[str, Callable[[rpc.NimbusStub], Any]] = {
@@ -100,7 +104,7 @@ class NimbusClient:
         per_seed_timeout: float = PER_SEED_TIMEOUT_S,
         call_timeout: float | None = None,
         attempts: int = SAFETY_ATTEMPTS,
-        max_backoff: float = 1.0,
+        max_backoff: float = MAX_BACKOFF_S,
         security: ClientSecurity | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
