@@ -5,7 +5,8 @@ ONE SparkSession (``local[2]``), each job once untimed and then ``rounds`` times
 interleaved and alternating which goes first so drift hits both alike, every run with a
 fresh checkpoint and checked against a plain-Python reference. What a bench brings: its
 corpus, its two jobs, its sink and its check (a ``Comparison``), and the columns of its
-tables. Rates are corpus rows (lines) per wall-clock second.
+tables (``_spark_figures``: the tables and JSON). Rates are corpus rows (lines) per
+wall-clock second.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ import random
 import shutil
 import string
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from _common import bench_parser, cpu_seconds, percentile, print_json, print_table
+from _common import (
+    bench_parser,
+    cpu_seconds,
+    load_1min,
+    print_json,
+)
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -279,6 +286,71 @@ def measure_in_session(
         spark.stop()
 
 
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Corpus(Generic[E]):
+    """A bench's corpus: ``write(folder, rows)`` writes it (returns its bytes);
+    ``reference(folder)`` is the plain-Python answer over what was written and the rows it
+    read; ``describe(answer)`` says what the answer holds, for the log."""
+
+    write: Callable[[Path, int], int]
+    reference: Callable[[Path], tuple[E, int]]
+    describe: Callable[[E], str]
+
+
+@dataclass(frozen=True)
+class Measured(Generic[E]):
+    """One run of a bench: its size, its corpus and the reference's answer, the session."""
+
+    name: str
+    quick: bool
+    rows: int
+    rounds: int
+    corpus_bytes: int
+    expected: E
+    corpus_s: float  # writing the corpus and computing the reference
+    session: Session
+    began: float  # time.monotonic() at the start
+    load_before: float
+
+
+def measure_corpus(
+    name: str,
+    corpus: Corpus[E],
+    comparison: Callable[[E, int], Comparison[Any]],
+    *,
+    quick: bool,
+    rows: int,
+    rounds: int,
+    cpu: bool,
+) -> Measured[E]:
+    """Write the corpus into a fresh folder, check the reference read every row of it, and
+    measure both jobs over it in one session (``measure_in_session``)."""
+    began, load_before = time.monotonic(), load_1min()
+    log = log_to(name)
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+        work = Path(tmp)
+        folder = work / "corpus"
+        log(f"writing {rows:,} rows into {FILES} files under {folder}")
+        t0 = time.monotonic()
+        corpus_bytes = corpus.write(folder, rows)
+        expected, counted = corpus.reference(folder)
+        corpus_s = time.monotonic() - t0
+        if counted != rows:
+            raise RuntimeError(f"corpus has {counted} rows, expected {rows}")
+        log(
+            f"corpus: {corpus_bytes / 2**20:.1f} MiB, {corpus.describe(expected)} "
+            f"({corpus_s:.1f} s); starting Spark"
+        )
+        bench = comparison(expected, rows)
+        session = measure_in_session(bench, folder, work, rows, rounds, cpu=cpu)
+    return Measured(
+        name, quick, rows, rounds, corpus_bytes, expected, corpus_s, session, began, load_before
+    )
+
+
 def process_cpu(spark: SparkSession) -> Callable[[], float]:
     """CPU seconds used so far by Spark's JVM (``local[2]``: driver and executors) and by
     this Python process (the sinks' collect and bookkeeping)."""
@@ -294,133 +366,6 @@ def process_cpu(spark: SparkSession) -> Callable[[], float]:
         return jvm_s + time.process_time()
 
     return used
-
-
-# -------------------------------------------------------------------------------- report
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column of the per-run table: header, alignment (``l``/``r``), the cell of a run."""
-
-    header: str
-    align: str
-    cell: Callable[[RunResult], object]
-
-
-def standard_columns(unit: str) -> dict[str, Column]:
-    return {
-        c.header: c
-        for c in (
-            Column("round", "l", lambda r: "warm-up" if r.round == 0 else str(r.round)),
-            Column("job", "l", lambda r: r.job),
-            Column("wall s", "r", lambda r: r.seconds),
-            Column(f"{unit}/s", "r", lambda r: f"{r.rows_per_s:,.0f}"),
-            Column("CPU s", "r", lambda r: f"{r.cpu_s or 0.0:.1f}"),
-            Column("batches", "r", lambda r: r.batches),
-            Column("out rows", "r", lambda r: r.output_rows),
-            Column("in batches s", "r", lambda r: f"{r.trigger_ms / 1000:.3f}"),
-            Column("outside s", "r", lambda r: f"{r.seconds - r.trigger_ms / 1000:.3f}"),
-            Column("exact", "l", lambda r: "yes" if r.exact else "NO"),
-        )
-    }
-
-
-def print_runs(results: Sequence[RunResult], columns: Sequence[Column]) -> None:
-    print_table(
-        [c.header for c in columns],
-        [[c.cell(r) for c in columns] for r in results],
-        align="".join(c.align for c in columns),
-    )
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The timed rounds of both jobs, reduced: api against plain."""
-
-    timed: dict[str, list[RunResult]]
-    p50_s: dict[str, float]
-    rate: dict[str, float]  # p50 rows per second
-    best: dict[str, float]  # the best run's rows per second
-    paired: list[float]  # api over plain, round by round
-    exact: bool  # every run, warm-ups included
-    cpu_p50: dict[str, float] | None  # where the runs were measured for CPU
-
-    @property
-    def ratio(self) -> float:
-        return self.rate[API] / self.rate[PLAIN]
-
-    @property
-    def best_ratio(self) -> float:
-        return self.best[API] / self.best[PLAIN]
-
-
-def figures(results: Sequence[RunResult]) -> Figures:
-    timed = {job: [r for r in results if r.job == job and r.round > 0] for job in JOBS}
-    cpu = [r.cpu_s for r in results]
-    return Figures(
-        timed=timed,
-        p50_s={job: percentile([r.seconds for r in timed[job]], 50) for job in JOBS},
-        rate={job: percentile([r.rows_per_s for r in timed[job]], 50) for job in JOBS},
-        best={job: max(r.rows_per_s for r in timed[job]) for job in JOBS},
-        paired=[
-            a.rows_per_s / p.rows_per_s
-            for a, p in zip(timed[API], timed[PLAIN], strict=True)
-            if a.round == p.round
-        ],
-        exact=all(r.exact for r in results),
-        cpu_p50=None
-        if None in cpu
-        else {job: percentile([r.cpu_s or 0.0 for r in timed[job]], 50) for job in JOBS},
-    )
-
-
-def print_summary(f: Figures, descriptions: Mapping[str, str], unit: str) -> None:
-    """The per-job summary table (with p50 CPU where measured) and the api/plain line."""
-    rows: list[list[object]] = []
-    for job in JOBS:
-        secs = [r.seconds for r in f.timed[job]]
-        row: list[object] = [
-            job,
-            descriptions[job],
-            f.p50_s[job],
-            min(secs),
-            max(secs),
-            f"{f.rate[job]:,.0f}",
-            f"{f.rate[job] / f.rate[PLAIN]:.3f}x",
-        ]
-        if f.cpu_p50 is not None:
-            row.append(f"{f.cpu_p50[job]:.1f}")
-        rows.append(row)
-    headers = ["job", "what", "p50 s", "min s", "max s", f"p50 {unit}/s", "over plain"]
-    if f.cpu_p50 is not None:
-        headers.append("p50 CPU s")
-    print_table(headers, rows, align="ll" + "r" * (len(headers) - 2))
-    print()
-    print(
-        f"api / plain (p50 {unit}/s): {f.ratio:.3f}x (target >= {TARGET_RATIO}); best run "
-        f"{f.best_ratio:.3f}x; per round {', '.join(f'{x:.3f}' for x in f.paired)}"
-    )
-
-
-def figures_json(f: Figures) -> dict[str, Any]:
-    """The JSON keys both benches report of the comparison."""
-    return {
-        "api_rows_per_s": round(f.rate[API]),
-        "plain_rows_per_s": round(f.rate[PLAIN]),
-        "api_p50_s": round(f.p50_s[API], 4),
-        "plain_p50_s": round(f.p50_s[PLAIN], 4),
-        "api_seconds": [round(r.seconds, 4) for r in f.timed[API]],
-        "plain_seconds": [round(r.seconds, 4) for r in f.timed[PLAIN]],
-        "api_over_plain": round(f.ratio, 4),
-        "api_over_plain_per_round": [round(x, 4) for x in f.paired],
-        "api_over_plain_best": round(f.best_ratio, 4),
-        "target_ratio": TARGET_RATIO,
-        "counts_exact": f.exact,
-        "files": FILES,
-        "master": MASTER,
-        "parallelism": PARALLELISM,
-    }
 
 
 def main(

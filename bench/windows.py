@@ -48,8 +48,6 @@ from __future__ import annotations
 import importlib.util
 import random
 import sys
-import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,30 +56,26 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from _common import REPO, load_1min, machine_facts
+from _common import REPO
 from _spark_baseline import (
     API,
     FILES,
-    MASTER,
     PARALLELISM,
     PLAIN,
     Comparison,
-    RunResult,
+    Corpus,
+    Measured,
     Sink,
     await_api,
-    figures,
-    figures_json,
     log_to,
-    measure_in_session,
-    print_runs,
-    print_summary,
+    measure_corpus,
     run_plain_frame,
-    standard_columns,
     vocabulary,
     write_files,
     zipf_cum_weights,
 )
 from _spark_baseline import main as baseline_main
+from _spark_figures import print_head, print_summary, print_tail, standard_columns
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -283,106 +277,52 @@ def comparison(expected: Rankings, rows: int) -> Comparison[Collector]:
 # -------------------------------------------------------------------------------- report
 
 
-def report(
-    results: list[RunResult],
-    *,
-    rows: int,
-    windows: int,
-    corpus_bytes: int,
-    rounds: int,
-    quick: bool,
-    spark_version: str,
-    session_start_s: float,
-    corpus_s: float,
-    elapsed_s: float,
-    load_before: float,
-) -> dict[str, Any]:
-    facts = machine_facts()
-    mode = "quick" if quick else "full"
-    print(
-        f"rolling top words, API vs hand-written PySpark: {rows:,} event rows ({mode}), "
-        f"{VOCABULARY:,}-word Zipf vocabulary, {windows:,} closed windows "
-        f"({SIZE} every {SLIDE}, {LATENESS} lateness, top {TOP}), "
-        f"{corpus_bytes / 2**20:.1f} MiB in {FILES} files; "
-        f"Spark {spark_version} {MASTER}, {PARALLELISM} shuffle partitions, availableNow, "
-        f"fresh checkpoint per run; 1 warm-up + {rounds} interleaved rounds per job"
+def report(m: Measured[Rankings]) -> dict[str, Any]:
+    mode = "quick" if m.quick else "full"
+    f = print_head(
+        m,
+        f"rolling top words, API vs hand-written PySpark: {m.rows:,} event rows ({mode}), "
+        f"{VOCABULARY:,}-word Zipf vocabulary, {len(m.expected):,} closed windows "
+        f"({SIZE} every {SLIDE}, {LATENESS} lateness, top {TOP})",
+        RUN_COLUMNS,
     )
-    print()
-    print_runs(results, RUN_COLUMNS)
-    print()
-    f = figures(results)
     if f.cpu_p50 is None:
         raise RuntimeError("windows runs are measured for CPU time")
     cpu_ratio = f.cpu_p50[PLAIN] / f.cpu_p50[API]
-    load_after = load_1min()
     print_summary(f, DESCRIPTIONS, "rows")
     print(
         f"by CPU seconds (p50 plain CPU s / p50 api CPU s, rows per CPU second): {cpu_ratio:.3f}x"
     )
-    print(
-        f"rankings exact in every run (both jobs = the example's Python oracle, closed windows, "
-        f"input rows = corpus rows): {'yes' if f.exact else 'NO'}"
-    )
-    print(facts.line())
-    print(
-        f"SparkSession start {session_start_s:.1f} s; corpus written and ranked in Python "
-        f"{corpus_s:.1f} s; wall time {elapsed_s:.1f} s; load (1 min) {load_before:.2f} "
-        f"before, {load_after:.2f} after"
+    common, load_after = print_tail(
+        m, f, "both jobs = the example's Python oracle, closed windows, input rows = corpus rows"
     )
     return {
-        "benchmark": "windows",
-        "quick": quick,
-        "rows": rows,
-        "windows": windows,
+        **common,
+        "rows": m.rows,
+        "windows": len(m.expected),
         "vocabulary": VOCABULARY,
-        "corpus_bytes": corpus_bytes,
-        "rounds": rounds,
         "window": {"size": SIZE, "slide": SLIDE, "watermark": LATENESS, "top": TOP},
-        "spark_version": spark_version,
-        **figures_json(f),
         "api_over_plain_cpu": round(cpu_ratio, 4),
         "api_cpu_s": [round(r.cpu_s or 0.0, 3) for r in f.timed[API]],
         "plain_cpu_s": [round(r.cpu_s or 0.0, 3) for r in f.timed[PLAIN]],
-        "session_start_s": round(session_start_s, 2),
-        "wall_s": round(elapsed_s, 2),
-        "load_1min": [round(load_before, 2), round(load_after, 2)],
-        "machine": facts.as_dict(),
+        "load_1min": [round(m.load_before, 2), round(load_after, 2)],
     }
 
 
+CORPUS = Corpus(
+    write=lambda folder, rows: write_corpus(folder, rows, FILES),
+    reference=python_rankings,
+    describe=lambda rankings: f"{len(rankings):,} closed windows",
+)
+
+
 def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
-    began = time.monotonic()
-    load_before = load_1min()
     rows = QUICK_ROWS if quick else FULL_ROWS
     rounds = rounds or (QUICK_ROUNDS if quick else FULL_ROUNDS)
-    with tempfile.TemporaryDirectory(prefix="bench-windows-") as tmp:
-        work = Path(tmp)
-        corpus = work / "corpus"
-        log(f"writing {rows:,} event rows into {FILES} files under {corpus}")
-        t0 = time.monotonic()
-        corpus_bytes = write_corpus(corpus, rows, FILES)
-        expected, counted = python_rankings(corpus)
-        corpus_s = time.monotonic() - t0
-        if counted != rows:
-            raise RuntimeError(f"corpus has {counted} rows, expected {rows}")
-        log(
-            f"corpus: {corpus_bytes / 2**20:.1f} MiB, {len(expected):,} closed windows "
-            f"({corpus_s:.1f} s); starting Spark"
-        )
-        bench = comparison(expected, rows)
-        session = measure_in_session(bench, corpus, work, rows, rounds, cpu=True)
     return report(
-        session.results,
-        rows=rows,
-        windows=len(expected),
-        corpus_bytes=corpus_bytes,
-        rounds=rounds,
-        quick=quick,
-        spark_version=session.spark_version,
-        session_start_s=session.start_s,
-        corpus_s=corpus_s,
-        elapsed_s=time.monotonic() - began,
-        load_before=load_before,
+        measure_corpus(
+            "windows", CORPUS, comparison, quick=quick, rows=rows, rounds=rounds, cpu=True
+        )
     )
 
 

@@ -39,38 +39,31 @@ from __future__ import annotations
 import random
 import re
 import sys
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import load_1min, machine_facts
 from _spark_baseline import (
     API,
     FILES,
-    MASTER,
     PARALLELISM,
     PLAIN,
     Comparison,
-    RunResult,
+    Corpus,
+    Measured,
     Sink,
     await_api,
-    figures,
-    figures_json,
     log_to,
-    measure_in_session,
-    print_runs,
-    print_summary,
+    measure_corpus,
     run_plain_frame,
-    standard_columns,
     vocabulary,
     write_files,
     zipf_cum_weights,
 )
 from _spark_baseline import main as baseline_main
+from _spark_figures import print_head, print_summary, print_tail, standard_columns
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -229,90 +222,34 @@ def comparison(expected: Counter[str], lines: int) -> Comparison[Collector]:
 # -------------------------------------------------------------------------------- report
 
 
-def report(
-    results: list[RunResult],
-    *,
-    lines: int,
-    words: int,
-    distinct: int,
-    corpus_bytes: int,
-    rounds: int,
-    quick: bool,
-    spark_version: str,
-    session_start_s: float,
-    corpus_s: float,
-    elapsed_s: float,
-) -> dict[str, Any]:
-    facts = machine_facts()
-    mode = "quick" if quick else "full"
-    print(
-        f"word count, API vs hand-written PySpark: {lines:,} lines ({mode}), {words:,} words, "
-        f"{distinct:,} distinct, {corpus_bytes / 2**20:.1f} MiB in {FILES} files; "
-        f"Spark {spark_version} {MASTER}, {PARALLELISM} shuffle partitions, availableNow, "
-        f"fresh checkpoint per run; 1 warm-up + {rounds} interleaved rounds per job"
+def report(m: Measured[Counter[str]]) -> dict[str, Any]:
+    mode = "quick" if m.quick else "full"
+    words, distinct = sum(m.expected.values()), len(m.expected)
+    f = print_head(
+        m,
+        f"word count, API vs hand-written PySpark: {m.rows:,} lines ({mode}), {words:,} words, "
+        f"{distinct:,} distinct",
+        RUN_COLUMNS,
     )
-    print()
-    print_runs(results, RUN_COLUMNS)
-    print()
-    f = figures(results)
     print_summary(f, DESCRIPTIONS, "lines")
-    print(
-        f"counts exact in every run (both jobs = Python Counter, input rows = lines): "
-        f"{'yes' if f.exact else 'NO'}"
-    )
-    print(facts.line())
-    print(
-        f"SparkSession start {session_start_s:.1f} s; corpus written and counted in Python "
-        f"{corpus_s:.1f} s; wall time {elapsed_s:.1f} s; load (1 min) {load_1min():.2f}"
-    )
-    return {
-        "benchmark": "wordcount",
-        "quick": quick,
-        "lines": lines,
-        "words": words,
-        "distinct_words": distinct,
-        "corpus_bytes": corpus_bytes,
-        "rounds": rounds,
-        "spark_version": spark_version,
-        **figures_json(f),
-        "session_start_s": round(session_start_s, 2),
-        "wall_s": round(elapsed_s, 2),
-        "machine": facts.as_dict(),
-    }
+    common, _ = print_tail(m, f, "both jobs = Python Counter, input rows = lines")
+    return {**common, "lines": m.rows, "words": words, "distinct_words": distinct}
+
+
+CORPUS = Corpus(
+    write=lambda folder, lines: write_corpus(folder, lines, FILES),
+    reference=python_counts,
+    describe=lambda counts: f"{sum(counts.values()):,} words, {len(counts):,} distinct",
+)
 
 
 def run(*, quick: bool, rounds: int | None) -> dict[str, Any]:
-    began = time.monotonic()
     lines = QUICK_LINES if quick else FULL_LINES
     rounds = rounds or (QUICK_ROUNDS if quick else FULL_ROUNDS)
-    with tempfile.TemporaryDirectory(prefix="bench-wordcount-") as tmp:
-        work = Path(tmp)
-        corpus = work / "corpus"
-        log(f"writing {lines:,} lines into {FILES} files under {corpus}")
-        t0 = time.monotonic()
-        corpus_bytes = write_corpus(corpus, lines, FILES)
-        expected, counted_lines = python_counts(corpus)
-        corpus_s = time.monotonic() - t0
-        if counted_lines != lines:
-            raise RuntimeError(f"corpus has {counted_lines} lines, expected {lines}")
-        log(
-            f"corpus: {corpus_bytes / 2**20:.1f} MiB, {sum(expected.values()):,} words, "
-            f"{len(expected):,} distinct ({corpus_s:.1f} s); starting Spark"
-        )
-        bench = comparison(expected, lines)
-        session = measure_in_session(bench, corpus, work, lines, rounds, cpu=False)
     return report(
-        session.results,
-        lines=lines,
-        words=sum(expected.values()),
-        distinct=len(expected),
-        corpus_bytes=corpus_bytes,
-        rounds=rounds,
-        quick=quick,
-        spark_version=session.spark_version,
-        session_start_s=session.start_s,
-        corpus_s=corpus_s,
-        elapsed_s=time.monotonic() - began,
+        measure_corpus(
+            "wordcount", CORPUS, comparison, quick=quick, rows=lines, rounds=rounds, cpu=False
+        )
     )
 
 
