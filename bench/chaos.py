@@ -59,7 +59,8 @@ def figures(result: RunResult) -> dict[str, Any]:
     windows = [window(result.history, f) for f in result.faults]
     gaps = [w.gap for w in windows if w.gap is not None]
     heals = [w.after_heal for w in windows if w.after_heal is not None]
-    verdicts = [met(kind.target, w, T) for w in windows]
+    target = kind.target_at(T)
+    verdicts = [met(target, w, T) for w in windows]
     calls = result.history.calls
     failovers = [f.failover_s for f in result.faults if f.failover_s is not None]
     return {
@@ -73,7 +74,7 @@ def figures(result: RunResult) -> dict[str, Any]:
         "failed_calls": sum(c.outcome != "ok" for c in calls),
         "after_heal_s": _spread(heals),
         "leader_changes": sum(w.leader_changed for w in windows),
-        "target": f"{TARGETS[kind.target][0]} {TARGETS[kind.target][1]}",
+        "target": f"{TARGETS[target][0]} {TARGETS[target][1]}",
         "target_met": sum(v is True for v in verdicts),
         "target_applies": sum(v is not None for v in verdicts),
         "calls": {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from leader.settings import DEFAULT_SILENCE_WINDOW
 from tests.chaos.history import Fault, History
 
 # The acceptance target of each fault kind, as (figure, bound in seconds given T).
@@ -20,6 +21,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "1": ("gap", "<= 1 s"),
     "2T+2": ("gap", "<= 2T + 2 s"),
     "heal+2": ("after_heal", "<= 2 s after heal"),
+    "P+2": ("gap", "<= P + 2 s (P: the silence window)"),
     "same-leader": ("epoch", "no change of leader"),
     "none": ("gap", "no target"),
 }
@@ -31,6 +33,7 @@ def bound(target: str, session_timeout: float) -> float | None:
         "1": 1.0,
         "2T+2": 2 * session_timeout + 2,
         "heal+2": 2.0,
+        "P+2": DEFAULT_SILENCE_WINDOW + 2,
     }.get(target)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devtools.netns import LoopbackPortCut
+from leader.settings import DEFAULT_SILENCE_WINDOW
 from tests.chaos.harness import ChaosCluster, LeaderView
 from tests.chaos.history import Fault, History
 from tests.waiting import wait_until
@@ -32,6 +33,16 @@ class FaultKind:
     target: str  # which acceptance figure applies: see ``availability.TARGETS``
     needs_root: bool = False
     small_code_disks: bool = False  # the replicas' code dirs on small tmpfs mounts (root)
+    # A pause of the leader for this many T: shorter than the silence window P it must not
+    # move the leader ("same-leader"); as long as P or longer it must, within P + 2 s.
+    pause_T: float | None = None
+
+    def target_at(self, session_timeout: float) -> str:
+        """The target that applies at this T (DESIGN item 8 turns a long pause into a
+        failover: ``pause-leader-T/2`` is 1 s at T = 2 s, 10 s at T = 20 s)."""
+        if self.pause_T is not None and self.pause_T * session_timeout >= DEFAULT_SILENCE_WINDOW:
+            return "P+2"
+        return self.target
 
 
 class Nemesis:
@@ -363,7 +374,7 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("sigkill-leader", sigkill_leader, "T+2"),
         FaultKind("sigterm-leader", sigterm_leader, "1"),
         FaultKind("pause-leader-2T", _pause(2.0), "T+2"),
-        FaultKind("pause-leader-T/2", _pause(0.5), "same-leader"),
+        FaultKind("pause-leader-T/2", _pause(0.5), "same-leader", pause_T=0.5),
         FaultKind("zk-cut-leader-both", _cut_zookeeper("both", 3.0), "T+2"),
         FaultKind("zk-cut-zk-to-leader", _cut_zookeeper("downstream", 3.0), "2T+2"),
         FaultKind("zk-cut-leader-to-zk", _cut_zookeeper("upstream", 3.0), "2T+2"),

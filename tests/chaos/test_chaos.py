@@ -35,7 +35,8 @@ def _assert_safe_and_recovered(result: RunResult) -> None:
     moved = [
         f"{f.name}: epoch {f.epoch_before} -> {f.epoch_after}"
         for f in result.faults
-        if FAULTS[f.name].target == "same-leader" and window(result.history, f).leader_changed
+        if FAULTS[f.name].target_at(result.session_timeout) == "same-leader"
+        and window(result.history, f).leader_changed
     ]
     assert moved == [], f"faults the same leader must ride out changed it: {moved}"
     found = {k: v for k, v in result.violations.items() if v}

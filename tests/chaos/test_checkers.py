@@ -21,9 +21,11 @@ from code_sync.package import make_package
 from devtools.zkserver import ZooKeeperCluster
 from fencing import FencedWriter, LeadershipToken, NotLeaderError
 from fencing.office import take_office
+from tests.chaos.availability import Window, met
 from tests.chaos.checkers import s1_terms, s2_reflected, s3_code, s4_epochs, stale_claims
 from tests.chaos.harness import ROOT, verified_copies
 from tests.chaos.history import Call, History
+from tests.chaos.nemesis import FAULTS
 from tests.chaos.state import read_state
 from tests.chaos.txnlog import read_txns, s1_txnlog
 
@@ -280,3 +282,14 @@ def test_stale_claims_sees_an_old_leader_claiming_after_the_new_term() -> None:
     clean = [(1.0, {0: 3}), (1.05, {1: 4}), (1.10, {1: 4})]
     assert stale_claims(clean, old=0, epoch=3) == []
     assert stale_claims([(1.0, {0: 3})], old=0, epoch=3) == [], "no newer term: nothing stale"
+
+
+def test_a_pause_as_long_as_the_silence_window_is_a_failover_not_a_ride_through() -> None:
+    """pause-leader-T/2 is 1 s at T = 2 s (the same leader must ride it out) and 10 s at
+    T = 20 s (silence preemption must replace the leader within P + 2 s)."""
+    kind = FAULTS["pause-leader-T/2"]
+    assert kind.target_at(2.0) == "same-leader"
+    assert kind.target_at(20.0) == "P+2"
+    assert FAULTS["sigkill-leader"].target_at(20.0) == "T+2"
+    assert met("P+2", Window(gap=3.9, after_heal=None, leader_changed=True), 20.0)
+    assert not met("P+2", Window(gap=4.1, after_heal=None, leader_changed=True), 20.0)
