@@ -12,6 +12,7 @@ Needs root, ``ip`` (iproute2) and ``iptables``; ``available()`` says whether thi
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class NetnsError(RuntimeError):
@@ -41,13 +43,19 @@ class Cut(enum.Enum):
     PEERS_GRPC = "gRPC to peers"
 
 
-def available() -> str | None:
-    """None when kernel faults can be made here, else why not."""
+def available(*, cgroups: bool = False) -> str | None:
+    """None when kernel faults can be made here, else why not.
+
+    ``cgroups``: also a whole cut of a process from its peers (``LoopbackPortCut`` with an
+    owner), which needs a writable cgroup v2 hierarchy and ``ss``.
+    """
     if os.geteuid() != 0:
         return "not root"
-    for tool in ("ip", "iptables"):
+    for tool in ("ip", "iptables", *(("ss",) if cgroups else ())):
         if shutil.which(tool) is None:
             return f"{tool} not installed (apt-get install iproute2 iptables)"
+    if cgroups and _cgroup2_mount() is None:
+        return "no cgroup v2 hierarchy mounted"
     return None
 
 
@@ -161,26 +169,110 @@ class LoopbackPortCut:
 
     Used to cut a ZooKeeper server's quorum and election ports (its peers' links to it)
     while its client port keeps serving: the ensemble's servers all listen on 127.0.0.1.
+
+    By its own ports alone the cut is partial: the connections the server opens to its
+    peers' ports (a follower's link to its leader, its own election links) stay up, and a
+    follower so cut stays in the quorum. ``owner`` (the server's pid) and ``peer_ports``
+    make the cut whole: the process goes into a cgroup of its own whose sockets may send
+    nothing to those ports (its new connections), and the connections it already has to
+    them, opened before, are dropped by their port pairs both ways.
     """
 
-    def __init__(self, ports: list[int]) -> None:
+    def __init__(
+        self, ports: list[int], *, owner: int | None = None, peer_ports: Sequence[int] = ()
+    ) -> None:
+        if owner is not None and not peer_ports:
+            raise ValueError("cutting a process from its peers needs the peers' ports")
         self._ports = ports
+        self._owner = owner
+        self._peer_ports = list(peer_ports)
         self._chain = f"NIMBUS-CUT-{uuid.uuid4().hex[:6]}"
+        self._cgroup: _Cgroup | None = None
         self._on = False
 
     def cut(self) -> None:
+        rules: list[tuple[str, ...]] = [
+            ("-p", "tcp", match, str(port))
+            for port in self._ports
+            for match in ("--dport", "--sport")
+        ]
         _run("iptables", "-w", "-N", self._chain)
-        for port in self._ports:
-            for match in ("--dport", "--sport"):
-                _run("iptables", "-w", "-A", self._chain, "-p", "tcp", match, str(port),
-                     "-j", "DROP")  # fmt: skip
-        _run("iptables", "-w", "-I", "OUTPUT", "-o", "lo", "-j", self._chain)
         self._on = True
+        try:
+            if self._owner is not None:
+                # Into the cgroup first: a socket made after the listing is then in it.
+                self._cgroup = _Cgroup(self._chain.lower(), self._owner)
+                path = ("-m", "cgroup", "--path", self._cgroup.path)
+                rules += [(*path, "-p", "tcp", "--dport", str(p)) for p in self._peer_ports]
+                for local, remote in _connections(self._owner, self._peer_ports):
+                    rules.append(("-p", "tcp", "--sport", str(local), "--dport", str(remote)))
+                    rules.append(("-p", "tcp", "--sport", str(remote), "--dport", str(local)))
+            for rule in rules:
+                _run("iptables", "-w", "-A", self._chain, *rule, "-j", "DROP")
+            _run("iptables", "-w", "-I", "OUTPUT", "-o", "lo", "-j", self._chain)
+        except BaseException:
+            self.heal()
+            raise
 
     def heal(self) -> None:
         if not self._on:
             return
-        _run("iptables", "-w", "-D", "OUTPUT", "-o", "lo", "-j", self._chain)
+        # No jump to remove when cut() failed before adding it.
+        jump = ["iptables", "-w", "-D", "OUTPUT", "-o", "lo", "-j", self._chain]
+        subprocess.run(jump, capture_output=True, check=False, timeout=30)
         _run("iptables", "-w", "-F", self._chain)
         _run("iptables", "-w", "-X", self._chain)
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         self._on = False
+
+
+def _cgroup2_mount() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+class _Cgroup:
+    """A cgroup v2 child of ``pid``'s own, holding ``pid`` until :meth:`remove`."""
+
+    def __init__(self, name: str, pid: int) -> None:
+        mount = _cgroup2_mount()
+        if mount is None:
+            raise NetnsError("no cgroup v2 hierarchy mounted")
+        own = Path(f"/proc/{pid}/cgroup").read_text().split("0::", 1)[1].splitlines()[0]
+        self._home = mount / own.lstrip("/")
+        self.path = f"{own.strip('/')}/{name}".lstrip("/")  # as iptables names it
+        self._dir = mount / self.path
+        self._pid = pid
+        try:
+            self._dir.mkdir()
+            (self._dir / "cgroup.procs").write_text(str(pid))
+        except OSError as e:
+            raise NetnsError(f"cgroup {self._dir}: {e}") from e
+
+    def remove(self) -> None:
+        """Move the process back (if it still runs) and remove the cgroup."""
+        if (self._dir / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                (self._home / "cgroup.procs").write_text(str(self._pid))
+        self._dir.rmdir()
+
+
+def _connections(pid: int, remote_ports: Sequence[int]) -> list[tuple[int, int]]:
+    """(local port, remote port) of ``pid``'s TCP connections to any of ``remote_ports``."""
+    listing = subprocess.run(
+        ["ss", "-Htanp"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    found = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or f"pid={pid}," not in line:
+            continue
+        local, remote = (f.rsplit(":", 1)[1] for f in fields[3:5])
+        if remote.isdigit() and int(remote) in remote_ports:
+            found.append((int(local), int(remote)))
+    return found

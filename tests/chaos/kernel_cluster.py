@@ -52,14 +52,12 @@ class KernelCluster:
     count: int = 3
     extra: tuple[str, ...] = ()
     replicas: list[KernelReplica] = field(default_factory=list)
+    subnet: str = "10.77.0"  # the bridge's /24: another for a run beside one on this
 
     def start(self, timeout: float = 90.0) -> KernelCluster:
-        self.zk = ZooKeeperCluster(size=1, base_dir=self.workdir / "zk").start()
-        self.net = KernelNet(self.count)
-        self.net.setup()
-        zk_port = int(self.zk.connect_string.split(",")[0].rsplit(":", 1)[1])
-        self.forwarder = FaultProxy("127.0.0.1", zk_port, listen_host=self.net.gateway).start()
         self._admin: KazooClient | None = None
+        self.net = KernelNet(self.count, subnet=self.subnet)
+        self.zookeeper_hosts = self.start_zookeeper_and_net()
         for i, host in enumerate(self.net.hosts):
             replica = KernelReplica(
                 i,
@@ -83,6 +81,20 @@ class KernelCluster:
         if self._admin is not None:
             self._admin.stop()
             self._admin.close()
+        self.stop_zookeeper_and_net()
+
+    def start_zookeeper_and_net(self) -> str:
+        """Start ZooKeeper and the namespaces; return the connect string replicas are given.
+
+        Here one server on loopback, reached through a forwarder on the bridge address.
+        """
+        self.zk = ZooKeeperCluster(size=1, base_dir=self.workdir / "zk").start()
+        self.net.setup()
+        zk_port = int(self.zk.connect_string.split(",")[0].rsplit(":", 1)[1])
+        self.forwarder = FaultProxy("127.0.0.1", zk_port, listen_host=self.net.gateway).start()
+        return self.forwarder.address
+
+    def stop_zookeeper_and_net(self) -> None:
         self.forwarder.stop()
         self.net.teardown()
         self.zk.stop()
@@ -99,7 +111,7 @@ class KernelCluster:
         replica = self.replicas[i]
         cmd = [
             *replica.prefix, sys.executable, "-m", "nimbus.cli", "serve",
-            "--zookeeper", self.forwarder.address, "--root", ROOT,
+            "--zookeeper", self.zookeeper_hosts, "--root", ROOT,
             "--listen", replica.address, "--session-timeout", str(self.session_timeout),
             "--code-dir", str(replica.code_dir), *self.extra,
         ]  # fmt: skip
