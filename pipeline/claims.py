@@ -107,8 +107,8 @@ class SlotClaim:
             raise ValueError(f"suspended fraction must be in (0, 1], got {suspended_fraction}")
         if not 0 < lease_fraction <= 1:
             raise ValueError(f"lease fraction must be in (0, 1], got {lease_fraction}")
-        self._client = client
-        self._paths = paths
+        self.client = client
+        self.paths = paths
         self.topology_id = topology_id
         self.supervisor_id = supervisor_id
         self.slot = slot
@@ -142,8 +142,8 @@ class SlotClaim:
         ``ClaimAbortedError`` when ``stop`` is set.
         """
         ensure_folders(
-            self._client,
-            [self._paths.claims_of(self.topology_id), self._paths.commits_of(self.topology_id)],
+            self.client,
+            [self.paths.claims_of(self.topology_id), self.paths.commits_of(self.topology_id)],
         )
         waited = False
         while True:
@@ -162,10 +162,10 @@ class SlotClaim:
             ).SerializeToString(deterministic=True)
             try:
                 token = take_claim(
-                    self._client,
-                    assignment_path=self._paths.assignment(self.topology_id),
+                    self.client,
+                    assignment_path=self.paths.assignment(self.topology_id),
                     assignment_version=version,
-                    epoch_path=self._paths.claims_of(self.topology_id),
+                    epoch_path=self.paths.claims_of(self.topology_id),
                     claim_path=self.claim_path,
                     record=record,
                     timeout=self._timeout,
@@ -186,9 +186,9 @@ class SlotClaim:
             return self._hold(token)
 
     def _read_assignment(self) -> int:
-        path = self._paths.assignment(self.topology_id)
+        path = self.paths.assignment(self.topology_id)
         try:
-            data, stat = self._client.get(path)
+            data, stat = self.client.get(path)
         except NoNodeError as e:
             raise NotAssignedError(f"{self.topology_id}: no assignment") from e
         try:
@@ -214,33 +214,33 @@ class SlotClaim:
         def on_event(event: WatchedEvent) -> None:
             gone.set()
 
-        if self._client.exists(self.claim_path, watch=on_event) is None:
+        if self.client.exists(self.claim_path, watch=on_event) is None:
             return
         while not gone.wait(poll) and not stop.is_set():
             self._read_assignment()  # raises once the slot moved away meanwhile
 
     def _read_back(self) -> ClaimToken | None:
         """After an unknown outcome: the claim is ours if its node belongs to our session."""
-        stat = self._client.exists(self.claim_path)
-        client_id = self._client.client_id
+        stat = self.client.exists(self.claim_path)
+        client_id = self.client.client_id
         if stat is None or not client_id or stat.ephemeralOwner != client_id[0]:
             return None
         # Every claim bumps the epoch and creates the node; the node is ours, so the
         # epoch's current version is the one our claim set.
-        epoch = self._client.exists(self._paths.claims_of(self.topology_id))
+        epoch = self.client.exists(self.paths.claims_of(self.topology_id))
         if epoch is None:
             return None
-        return ClaimToken(self.claim_path, self._paths.claims_of(self.topology_id), epoch.version)
+        return ClaimToken(self.claim_path, self.paths.claims_of(self.topology_id), epoch.version)
 
     def _hold(self, token: ClaimToken) -> ClaimToken:
         started = self._clock()
-        stat = self._client.exists(self.claim_path)
+        stat = self.client.exists(self.claim_path)
         self._lease.renew(started)
         self.czxid = int(stat.czxid) if stat is not None else 0
         self.token = token
-        self._client.add_listener(self._on_state)
-        DataWatch(self._client, self.claim_path, self._on_claim)
-        DataWatch(self._client, self._paths.assignment(self.topology_id), self._on_assignment)
+        self.client.add_listener(self._on_state)
+        DataWatch(self.client, self.claim_path, self._on_claim)
+        DataWatch(self.client, self.paths.assignment(self.topology_id), self._on_assignment)
         self._pinger.start()
         log.info(
             "claimed %s: epoch %d, czxid %d, pid %d",
@@ -315,8 +315,8 @@ class SlotClaim:
                 return "no claim held"
             if self._lost is not None:
                 return self._lost
-        if self._client.state != KazooState.CONNECTED:
-            return f"ZooKeeper connection {self._client.state}"
+        if self.client.state != KazooState.CONNECTED:
+            return f"ZooKeeper connection {self.client.state}"
         if not self._lease.valid():
             return f"no word from ZooKeeper for {self._lease.age():.1f}s"
         return None
@@ -339,10 +339,10 @@ class SlotClaim:
 
         Never the claim folder: its version is the claim epoch, which must only grow.
         """
-        commits = self._paths.commits_of(self.topology_id)
+        commits = self.paths.commits_of(self.topology_id)
         try:
             return [
-                *(f"{commits}/{name}" for name in self._client.get_children(commits)),
+                *(f"{commits}/{name}" for name in self.client.get_children(commits)),
                 commits,
             ]
         except NoNodeError:
@@ -356,10 +356,10 @@ class SlotClaim:
             return
         try:
             if self._ended is ClaimEnd.ASSIGNMENT_REMOVED and release_claim(
-                self._client, token, timeout=self._timeout, retire=self._retired_nodes()
+                self.client, token, timeout=self._timeout, retire=self._retired_nodes()
             ):
                 log.info("released %s and removed the killed topology's commits", self.claim_path)
-            elif release_claim(self._client, token, timeout=self._timeout):
+            elif release_claim(self.client, token, timeout=self._timeout):
                 log.info("released %s (epoch %d)", self.claim_path, token.epoch)
         except (WriteOutcomeUnknown, KazooException) as e:
             log.info("could not release %s (its session's end will): %s", self.claim_path, e)

@@ -26,11 +26,9 @@ import time
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
-from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from cluster.api import records
-from cluster.paths import Paths
 from fencing import FencingError, WriteOutcomeUnknown
 from fencing.claims import ClaimLostError, commit_marker, prune_markers
 from pipeline.claims import ClaimEnd, SlotClaim
@@ -64,8 +62,6 @@ class Committer:
 
     def __init__(
         self,
-        client: KazooClient,
-        paths: Paths,
         claim: SlotClaim,
         *,
         timeout: float,
@@ -74,8 +70,6 @@ class Committer:
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1 commit marker, got {keep}")
-        self._client = client
-        self._paths = paths
         self._claim = claim
         self._timeout = timeout
         self._keep = keep
@@ -109,7 +103,9 @@ class Committer:
 
     def _committed_batches(self, sink: str) -> list[int]:
         try:
-            names = self._client.get_children(self._paths.commits_of(self._claim.topology_id))
+            names = self._claim.client.get_children(
+                self._claim.paths.commits_of(self._claim.topology_id)
+            )
         except NoNodeError:
             return []
         except KazooException as e:
@@ -144,9 +140,11 @@ class Committer:
             time_ms=self._wall_ms(),
             lineage=lineage,
         ).SerializeToString(deterministic=True)
-        marker = self._paths.commit(tid, sink, batch_id)
+        marker = self._claim.paths.commit(tid, sink, batch_id)
         try:
-            created = commit_marker(self._client, token, marker, record, timeout=self._timeout)
+            created = commit_marker(
+                self._claim.client, token, marker, record, timeout=self._timeout
+            )
         except ClaimLostError as e:
             self._claim.mark_lost(ClaimEnd.COMMIT_REFUSED, str(e))
             raise FencedOffError(f"sink {sink!r} batch {batch_id} not published: {e}") from e
@@ -171,7 +169,7 @@ class Committer:
     def _check_marker(self, marker: str, sink: str, batch_id: int, lineage: str) -> None:
         """A marker of another checkpoint lineage is a batch this worker cannot account for."""
         try:
-            data, _ = self._client.get(marker)
+            data, _ = self._claim.client.get(marker)
             found = records.BatchCommit.FromString(data).lineage
         except (KazooException, DecodeError) as e:
             raise FencedOffError(
@@ -191,19 +189,19 @@ class Committer:
         if token is None:
             return
         try:
-            names = self._client.get_children(self._paths.commits_of(tid))
+            names = self._claim.client.get_children(self._claim.paths.commits_of(tid))
         except (NoNodeError, KazooException) as e:
             log.info("no prune of %s commit markers: %s", sink, e)
             return
         old = [
-            f"{self._paths.commits_of(tid)}/{name}"
+            f"{self._claim.paths.commits_of(tid)}/{name}"
             for name in sorted(names)
             if name.rpartition("-")[0] == sink
             and name.rpartition("-")[2].isdigit()
             and int(name.rpartition("-")[2]) <= newest - self._keep
         ]
         try:
-            pruned = prune_markers(self._client, token, old, timeout=self._timeout)
+            pruned = prune_markers(self._claim.client, token, old, timeout=self._timeout)
         except (FencingError, WriteOutcomeUnknown, KazooException) as e:
             log.info("prune of %s commit markers deferred: %s", sink, e)
             return

@@ -248,9 +248,7 @@ class Worker:
                 return EXIT_OK
             except ClaimAbortedError:
                 return EXIT_OK
-            committer = Committer(
-                self._client, self._paths, self.claim, timeout=self._session_timeout
-            )
+            committer = Committer(self.claim, timeout=self._session_timeout)
             fence_sinks(topology, committer)
             self._adopt_sink_folders(topology)  # before any checkpoint beside the output
             root = checkpoint or state_dir / "checkpoint"

@@ -172,7 +172,7 @@ def test_a_cut_off_worker_refuses_to_publish_at_once_and_stops_after_the_fractio
         try:
             claim = slot_claim(client, suspended_fraction=0.25)
             claim.acquire(threading.Event())
-            committer = Committer(client, PATHS, claim, timeout=SESSION)
+            committer = Committer(claim, timeout=SESSION)
             committer.commit("out", 0)
             proxy.blackhole()
             refusal = wait_until(claim.publish_refusal, timeout=10, message="publishing refused")
@@ -198,7 +198,7 @@ def test_a_fenced_file_sink_publishes_only_committed_batches(
     claim = slot_claim(a)
     claim.acquire(threading.Event())
     sink = FileSink(tmp_path / "out")
-    sink.fence = Committer(a, PATHS, claim, timeout=SESSION).for_sink("out")
+    sink.fence = Committer(claim, timeout=SESSION).for_sink("out")
     frame = spark.createDataFrame([("storm", 1), ("spout", 2)], "word string, count long")
 
     sink.write_batch(frame, 0)
