@@ -18,18 +18,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
 import grpc
-from _common import REPO, BenchError, pdeathsig_prefix
+from _common import REPO, BenchError, kept_on_failure, pdeathsig_prefix
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.api import pb, rpc
 from cluster.factory import make_channel
-from devtools.zkserver import srvr
+from devtools.zkserver import ZooKeeperCluster, srvr
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -319,6 +321,19 @@ class ReplicaCluster(Bed, Generic[R]):
 
     def shutdown(self) -> None:
         stop_all(self.replicas, grace=self.stop_grace_s)
+
+
+@contextmanager
+def fresh_bed(bench: str) -> Iterator[tuple[Bed, str]]:
+    """For one run of ``bench/<bench>.py``: a standalone ZooKeeper with a fresh root, the bed
+    its replicas serve on (the work folder kept, and named on stderr, when the run fails),
+    and the server's version."""
+    with (
+        kept_on_failure(f"nimbus-bench-{bench}-", f"{bench}.py") as workdir,
+        ZooKeeperCluster(size=1) as zk,
+    ):
+        root = f"/bench-{uuid.uuid4().hex[:12]}"
+        yield Bed(zk.connect_string, root, workdir), zookeeper_version(zk.client_ports[0])
 
 
 def zookeeper_version(port: int) -> str:

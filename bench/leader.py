@@ -38,7 +38,6 @@ from _common import (
     BenchRun,
     bench_parser,
     exit_on_sigterm,
-    kept_on_failure,
     machine_facts,
     percentile,
     print_json,
@@ -55,7 +54,7 @@ from _leader_figures import (
     Trial,
     report,
 )
-from _replicas import zookeeper_version
+from _replicas import fresh_bed
 from grpc_health.v1 import health_pb2
 
 from cluster.api import pb
@@ -201,17 +200,8 @@ def run(*, quick: bool, session_timeout: float) -> dict[str, Any]:
     iterations = QUICK_CALLS if quick else FULL_CALLS
     warmup = QUICK_WARMUP if quick else FULL_WARMUP
     trials = QUICK_TRIALS if quick else FULL_TRIALS
-    with (
-        kept_on_failure("nimbus-bench-leader-", "leader.py") as workdir,
-        ZooKeeperCluster(size=1) as zk,
-    ):
-        zk_version = zookeeper_version(zk.client_ports[0])
-        cluster = Cluster(
-            zookeeper=zk.connect_string,
-            root=f"/bench-{uuid.uuid4().hex[:12]}",
-            workdir=workdir,
-            session_timeout=session_timeout,
-        )
+    with fresh_bed("leader") as (bed, zk_version):
+        cluster = Cluster(bed.zookeeper, bed.root, bed.workdir, session_timeout=session_timeout)
         try:
             for _ in range(REPLICAS):
                 cluster.start_replica()

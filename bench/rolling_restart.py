@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,19 +37,17 @@ from _common import (
     bench_parser,
     exit_on_sigterm,
     free_port,
-    kept_on_failure,
     load_1min,
     machine_facts,
     percentile,
     print_json,
     print_table,
 )
-from _replicas import Bed, stop_all, tails, zookeeper_version
+from _replicas import Bed, fresh_bed, stop_all, tails
 from grpc_health.v1 import health_pb2
 
 from cluster.api import pb
 from code_sync.package import make_package
-from devtools.zkserver import ZooKeeperCluster
 from nimbus.client import NimbusClient
 
 REPLICAS = 3
@@ -206,19 +203,14 @@ def run(*, quick: bool) -> dict[str, Any]:
     bench_run = BenchRun.start(quick=quick)
     rounds = QUICK_ROUNDS if quick else FULL_ROUNDS
     baseline_s = QUICK_BASELINE_S if quick else FULL_BASELINE_S
-    with (
-        kept_on_failure("nimbus-bench-rolling-", "rolling_restart.py") as workdir,
-        ZooKeeperCluster(size=1) as zk,
-    ):
-        version = zookeeper_version(zk.client_ports[0])
-        bed = Bed(zk.connect_string, f"/bench-{uuid.uuid4().hex[:12]}", workdir)
+    with fresh_bed("rolling_restart") as (bed, version):
         replicas = [new_replica(bed) for _ in range(REPLICAS)]
         try:
             for replica in replicas:
                 replica.start()
             wait_ready(replicas)
             seeds = [r.address for r in replicas]
-            submit_topology(seeds, workdir)
+            submit_topology(seeds, bed.workdir)
             writer = Writer(seeds)
             writer.start()
             base_start = time.monotonic()

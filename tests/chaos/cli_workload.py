@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.chaos.loops import Loops
 from tests.cluster import REPO
 
 _EPOCH = re.compile(r"\(epoch (\d+),")
@@ -54,24 +55,18 @@ class CliWorkload:
         self._seeds = seeds
         self._package = package
         self._run_id = run_id
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self.calls: list[CliCall] = []
-        self._threads = [
-            threading.Thread(target=self._work, args=(w,), name=f"cli-{w}", daemon=True)
-            for w in range(workers)
-        ]
+        self._loops = Loops(self._work, range(workers), name="cli", join_s=120)
+        self._stop = self._loops.stopping
 
     def start(self) -> CliWorkload:
-        for thread in self._threads:
-            thread.start()
+        self._loops.start()
         return self
 
     def stop(self) -> None:
         """Let every call in flight finish (each ends by its own deadline)."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(120)
+        self._loops.stop()
 
     def snapshot(self) -> list[CliCall]:
         with self._lock:

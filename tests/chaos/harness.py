@@ -26,6 +26,7 @@ from cluster.errors import ZooKeeperStartError, ZooKeeperUnavailableError
 from cluster.factory import make_kazoo_client
 from devtools.faultproxy import FaultProxy, ProxiedEnsemble
 from devtools.zkserver import ZooKeeperCluster
+from tests.chaos.loops import Loops
 from tests.cluster import Replica, free_port
 from tests.replica_fixtures import sync_flags
 from tests.waiting import wait_until
@@ -292,23 +293,19 @@ class LeadershipSampler:
         self._cluster = cluster
         self._t0 = t0
         self._interval = interval
-        self._stop = threading.Event()
         # (sent, received, replica, epoch) for each answer "I lead, in that epoch".
         self.samples: list[tuple[float, float, int, int]] = []
         self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._run, args=(n.index,), daemon=True) for n in cluster.nodes
-        ]
+        indexes = [n.index for n in cluster.nodes]
+        self._loops = Loops(self._run, indexes, name="leadership-sampler", join_s=5)
+        self._stop = self._loops.stopping
 
     def start(self) -> LeadershipSampler:
-        for t in self._threads:
-            t.start()
+        self._loops.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=5)
+        self._loops.stop()
 
     def _run(self, i: int) -> None:
         while not self._stop.wait(self._interval):
