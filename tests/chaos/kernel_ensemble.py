@@ -19,6 +19,7 @@ import logging
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -76,18 +77,15 @@ class KernelEnsemble(KernelCluster):
 
         def known() -> dict[int, int] | None:
             found = {r.index: self.server_of(r.index) for r in self.replicas}
-            return (
-                None
-                if None in found.values()
-                else {i: s for i, s in found.items() if s is not None}
-            )
+            connected = {i: s for i, s in found.items() if s is not None}
+            return connected if len(connected) == len(found) else None
 
         found = wait_until(known, timeout=60, interval=0.1, message="every replica connected")
         assert found is not None
         return found
 
     def zk_leader(self) -> int:
-        found = wait_until(lambda: self._zk_leader_found(), timeout=RECOVER_S, interval=0.2,
+        found = wait_until(self._zk_leader_found, timeout=RECOVER_S, interval=0.2,
                            message="a ZooKeeper leader")  # fmt: skip
         assert found is not None
         return found[0]
@@ -108,6 +106,9 @@ class KernelEnsemble(KernelCluster):
 class Poll:
     at: float  # time.monotonic() when the round was sent to every replica
     claims: dict[int, int]  # replica index -> epoch, of each one answering as the leader
+    #: One letter per replica: L leader, F follower, U unavailable (no fresh view),
+    #: T no answer in time, E another error.
+    answers: str = ""
 
 
 class LeadershipPolls:
@@ -162,14 +163,20 @@ class LeadershipPolls:
         request = pb.GetLeaderAddressRequest()
         asked = [s.GetLeaderAddress.future(request, timeout=self._timeout) for s in self._stubs]
         claims: dict[int, int] = {}
+        answers = ""
         for i, answer in enumerate(asked):
             try:
                 reply = answer.result()
-            except grpc.RpcError:
+            except grpc.RpcError as e:
+                answers += _ERROR_LETTERS.get(e.code(), "E")
                 continue
+            answers += "L" if reply.responder_is_leader else "F"
             if reply.responder_is_leader:
                 claims[i] = int(reply.epoch)
-        return Poll(at, claims)
+        return Poll(at, claims, answers)
+
+
+_ERROR_LETTERS = {grpc.StatusCode.UNAVAILABLE: "U", grpc.StatusCode.DEADLINE_EXCEEDED: "T"}
 
 
 def double_claims(polls: Sequence[Poll]) -> list[str]:
@@ -227,7 +234,7 @@ def _cut_from_peers(ens: KernelEnsemble, victim: int, seconds: float) -> str:
     return f"out of its quorum after {left:.1f} s; replicas on it at the heal {on_it}"
 
 
-def cut_used_server(ens: KernelEnsemble, leader: int, T: float) -> str:
+def cut_used_follower(ens: KernelEnsemble, leader: int, T: float) -> str:
     """A ZooKeeper follower that Nimbus followers are connected to, cut from its peers for
     2T: of the followers, the one most of them use, not the Nimbus leader's if it can be
     (another case is the leader's)."""
@@ -277,7 +284,7 @@ def rolling_restart(ens: KernelEnsemble, leader: int, T: float) -> str:
 
 
 FAULTS: dict[str, Inject] = {
-    "zk-cut-used-server-from-peers": cut_used_server,
+    "zk-cut-used-follower-from-peers": cut_used_follower,
     "zk-cut-nimbus-leaders-server-from-peers": cut_leaders_server,
     "zk-cut-zk-leader-from-peers": cut_zk_leader,
     "zk-rolling-sigkill-restart": rolling_restart,
@@ -306,15 +313,18 @@ class Outcome:
         worst = "none"
         if stretches:
             since, to = max(stretches, key=lambda s: s[1] - s[0])
+            said = Counter(p.answers[self.leader] for p in self.polls if since < p.at < to)
             worst = (
-                f"{to - since:.2f} s, from {since - self.start:+.2f} s to {to - self.start:+.2f} s"
+                f"{to - since:.2f} s, from {since - self.start:+.2f} s to "
+                f"{to - self.start:+.2f} s, the leader answering {dict(said)}"
             )
         failed = [
             f"{c.op.value} at {c.end - self.start_wall:+.1f} s: {c.stderr[-160:]!r}"
             for c in self.failed
         ]
         return (
-            f"{self.fault}: Nimbus leader {self.leader} on zk server "
+            f"{self.fault} at {time.strftime('%H:%M:%S', time.gmtime(self.start_wall))}: "
+            f"Nimbus leader {self.leader} on zk server "
             f"{self.servers_before.get(self.leader)}; {self.target}; held and healed in "
             f"{self.healed - self.start:.1f} s, recovered {self.end - self.healed:.1f} s after; "
             f"longest with no leader: {worst} of the fault; rounds {len(self.polls)}, with two "
