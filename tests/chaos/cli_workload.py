@@ -50,23 +50,14 @@ class CliCall:
         return self.code == 0
 
 
-class CliWorkload:
+class CliWorkload(Loops):
     def __init__(self, seeds: str, package: Path, *, workers: int = 2, run_id: str = "r") -> None:
+        super().__init__(self._work, range(workers), name="cli", join_s=120)
         self._seeds = seeds
         self._package = package
         self._run_id = run_id
         self._lock = threading.Lock()
         self.calls: list[CliCall] = []
-        self._loops = Loops(self._work, range(workers), name="cli", join_s=120)
-        self._stop = self._loops.stopping
-
-    def start(self) -> CliWorkload:
-        self._loops.start()
-        return self
-
-    def stop(self) -> None:
-        """Let every call in flight finish (each ends by its own deadline)."""
-        self._loops.stop()
 
     def snapshot(self) -> list[CliCall]:
         with self._lock:
@@ -74,14 +65,14 @@ class CliWorkload:
 
     def _work(self, worker: int) -> None:
         n = 0
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             n += 1
             name = f"{self._run_id}-w{worker}-{n}"
             submitted = self._call(worker, Op.SUBMIT, name)
-            if self._stop.is_set():
+            if self.stopping.is_set():
                 return
             self._call(worker, Op.LIST, "")
-            if submitted.ok and not self._stop.is_set():
+            if submitted.ok and not self.stopping.is_set():
                 self._call(worker, Op.KILL, name)
 
     def _call(self, worker: int, op: Op, name: str) -> CliCall:

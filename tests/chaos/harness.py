@@ -286,29 +286,21 @@ def verified_copies(code_dirs: list[Path], digest: str) -> list[int]:
     return held
 
 
-class LeadershipSampler:
+class LeadershipSampler(Loops):
     """Samples who claims leadership, per replica: the split-brain checker's evidence."""
 
     def __init__(self, cluster: ChaosCluster, t0: float, interval: float = 0.2) -> None:
+        indexes = [n.index for n in cluster.nodes]
+        super().__init__(self._run, indexes, name="leadership-sampler", join_s=5)
         self._cluster = cluster
         self._t0 = t0
         self._interval = interval
         # (sent, received, replica, epoch) for each answer "I lead, in that epoch".
         self.samples: list[tuple[float, float, int, int]] = []
         self._lock = threading.Lock()
-        indexes = [n.index for n in cluster.nodes]
-        self._loops = Loops(self._run, indexes, name="leadership-sampler", join_s=5)
-        self._stop = self._loops.stopping
-
-    def start(self) -> LeadershipSampler:
-        self._loops.start()
-        return self
-
-    def stop(self) -> None:
-        self._loops.stop()
 
     def _run(self, i: int) -> None:
-        while not self._stop.wait(self._interval):
+        while not self.stopping.wait(self._interval):
             sent = time.monotonic() - self._t0
             try:
                 reply = self._cluster.reply(i, timeout=1.0)
