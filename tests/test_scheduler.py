@@ -347,6 +347,18 @@ def registered(client: KazooClient, *sids: str) -> bool:
     return all(client.exists(PATHS.supervisor(s)) is not None for s in sids)
 
 
+def lead_registered(
+    client: KazooClient, topologies: dict[str, int], *sids: str
+) -> tuple[Lock, FencedWriter]:
+    """Lead as ``leader:1`` once supervisors ``sids`` registered, and add ``topologies``
+    (id: workers)."""
+    lock, writer = lead(client, "leader:1")
+    wait_until(lambda: registered(client, *sids), 20, message="registration")
+    for tid, workers in topologies.items():
+        add_topology(writer, tid, workers)
+    return lock, writer
+
+
 def snapshot(client: KazooClient) -> dict[str, tuple[bytes, int, int]]:
     result = {}
     for tid in client.get_children(PATHS.assignments):
@@ -368,10 +380,7 @@ def test_assignments_spread_and_follow_a_killed_supervisor(
 ) -> None:
     spawn("sup-a")
     killed = spawn("sup-b")
-    _, writer = lead(zk_client, "leader:1")
-    wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
-    add_topology(writer, "wc-1", 2)
-    add_topology(writer, "wc-2", 2)
+    _, writer = lead_registered(zk_client, {"wc-1": 2, "wc-2": 2}, "sup-a", "sup-b")
     duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0)
     duty.start()
     try:
@@ -432,9 +441,7 @@ def test_a_paused_supervisor_is_judged_by_its_heartbeats_before_its_session_ends
 ) -> None:
     spawn("sup-a", session_timeout=8.0)
     paused = spawn("sup-b", session_timeout=8.0)
-    _, writer = lead(zk_client, "leader:1")
-    wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
-    add_topology(writer, "wc", 2)
+    _, writer = lead_registered(zk_client, {"wc": 2}, "sup-a", "sup-b")
     # 3 s: well past a loaded machine's stall of the live sup-a, well inside the 8 s session.
     duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=3.0)
 
@@ -479,10 +486,7 @@ def test_a_new_term_keeps_every_assignment_byte_for_byte(
 ) -> None:
     spawn("sup-a")
     spawn("sup-b")
-    lock, writer = lead(zk_client, "leader:1")
-    wait_until(lambda: registered(zk_client, "sup-a", "sup-b"), 20, message="registration")
-    add_topology(writer, "wc-1", 2)
-    add_topology(writer, "wc-2", 1)
+    lock, writer = lead_registered(zk_client, {"wc-1": 2, "wc-2": 1}, "sup-a", "sup-b")
     duty = SchedulerDuty(zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=5.0)
     duty.start()
     wait_until(lambda: spread_evenly(zk_client, {"wc-1": 2, "wc-2": 1}, {"sup-a", "sup-b"}), 10)
