@@ -30,6 +30,7 @@ from devtools.netns import LoopbackPortCut
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.cli_workload import CliCall, CliWorkload
 from tests.chaos.kernel_cluster import KernelCluster
+from tests.chaos.loops import Loops
 from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)
@@ -131,16 +132,14 @@ class LeadershipPolls:
         self._timeout = timeout
         self._rounds: list[Poll] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="leadership-polls", daemon=True)
+        self._loops = Loops(self._run, [0], name="leadership-polls", join_s=30)  # one thread
 
     def start(self) -> LeadershipPolls:
-        self._thread.start()
+        self._loops.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
+        self._loops.stop()
         for channel in self._channels:
             channel.close()
 
@@ -148,8 +147,9 @@ class LeadershipPolls:
         with self._lock:
             return [p for p in self._rounds if since <= p.at <= until]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, _: int) -> None:
+        stopping = self._loops.stopping
+        while not stopping.is_set():
             began = time.monotonic()
             try:
                 taken = self._poll(began)
@@ -157,7 +157,7 @@ class LeadershipPolls:
                     self._rounds.append(taken)
             except Exception:  # a missing round shows as a longer stretch: say why, go on
                 log.exception("a leadership poll failed")
-            self._stop.wait(max(0.0, self._interval - (time.monotonic() - began)))
+            stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
 
     def _poll(self, at: float) -> Poll:
         request = pb.GetLeaderAddressRequest()
