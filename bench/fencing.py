@@ -21,7 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import Summary, bench_parser, machine_facts, print_json, print_table, summarize_ns
+from _common import (
+    BenchRun,
+    Summary,
+    bench_parser,
+    machine_facts,
+    print_json,
+    print_table,
+    summarize_ns,
+)
 from _replicas import zookeeper_version
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
@@ -137,16 +145,15 @@ def report(
     *,
     iterations: int,
     warmup: int,
-    quick: bool,
     force_sync: bool,
     zk_version: str,
-    elapsed_s: float,
+    bench_run: BenchRun,
 ) -> dict[str, Any]:
     bare_p50 = summaries[BARE].p50_ms
     facts = machine_facts()
-    mode = "quick" if quick else "full"
+    elapsed_s = time.monotonic() - bench_run.began
     print(
-        f"fencing cost: {iterations} iterations per method ({mode}), {warmup} warm-up, "
+        f"fencing cost: {iterations} iterations per method ({bench_run.mode}), {warmup} warm-up, "
         f"{len(PAYLOAD)}-byte payload, standalone ZooKeeper {zk_version} on loopback, "
         f"forceSync={'yes' if force_sync else 'no'}"
     )
@@ -177,7 +184,7 @@ def report(
         "benchmark": "fencing",
         "iterations": iterations,
         "warmup": warmup,
-        "quick": quick,
+        "quick": bench_run.quick,
         "force_sync": force_sync,
         "zookeeper_version": zk_version,
         "payload_bytes": len(PAYLOAD),
@@ -197,7 +204,7 @@ def report(
 
 
 def run(*, quick: bool, force_sync: bool) -> dict[str, Any]:
-    began = time.monotonic()
+    bench_run = BenchRun.start(quick=quick)
     iterations = QUICK_ITERATIONS if quick else FULL_ITERATIONS
     warmup = QUICK_WARMUP if quick else FULL_WARMUP
     with ZooKeeperCluster(size=1, force_sync=force_sync) as zk:
@@ -219,10 +226,9 @@ def run(*, quick: bool, force_sync: bool) -> dict[str, Any]:
         summaries,
         iterations=iterations,
         warmup=warmup,
-        quick=quick,
         force_sync=force_sync,
         zk_version=zk_version,
-        elapsed_s=time.monotonic() - began,
+        bench_run=bench_run,
     )
 
 
