@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient, KazooState
@@ -58,16 +57,22 @@ def _lead(client: KazooClient, identifier: str = "me:1") -> tuple[Lock, Leadersh
 
 
 @pytest.fixture
-def leader(zk_client: KazooClient) -> Iterator[tuple[Lock, LeadershipToken, FencedWriter]]:
-    lock, token = _lead(zk_client)
+def token(zk_client: KazooClient) -> LeadershipToken:
+    """In office (its lock node lives with ``zk_client``'s session), with ``ROOT/data`` to
+    write under."""
+    _, token = _lead(zk_client)
     zk_client.ensure_path(f"{ROOT}/data")
-    yield lock, token, FencedWriter(zk_client, token, timeout=5)
+    return token
+
+
+@pytest.fixture
+def writer(zk_client: KazooClient, token: LeadershipToken) -> FencedWriter:
+    return FencedWriter(zk_client, token, timeout=5)
 
 
 def test_writes_apply_behind_the_check_and_records_carry_the_epoch(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, token: LeadershipToken, writer: FencedWriter
 ) -> None:
-    _, token, writer = leader
     writer.create_record(f"{ROOT}/data/base", records.StormBase(name="wc", status=records.ACTIVE))
     data, _ = zk_client.get(f"{ROOT}/data/base")
     stored = records.StormBase.FromString(data)
@@ -80,9 +85,8 @@ def test_writes_apply_behind_the_check_and_records_carry_the_epoch(
 
 
 def test_a_failed_target_is_a_conflict_that_writes_nothing_and_keeps_leadership(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, token: LeadershipToken, writer: FencedWriter
 ) -> None:
-    _, token, writer = leader
     writer.create(f"{ROOT}/data/a")
     with pytest.raises(WriteConflictError) as exists:
         writer.batch([Create(f"{ROOT}/data/b"), Create(f"{ROOT}/data/a")])
@@ -97,9 +101,8 @@ def test_a_failed_target_is_a_conflict_that_writes_nothing_and_keeps_leadership(
 
 
 def test_recursive_delete_removes_a_tree_in_one_step(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, writer: FencedWriter
 ) -> None:
-    _, _, writer = leader
     writer.batch(
         [
             Create(f"{ROOT}/data/t"),
@@ -114,9 +117,8 @@ def test_recursive_delete_removes_a_tree_in_one_step(
 
 
 def test_operator_deleting_the_lock_node_deposes_the_holder(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, token: LeadershipToken, writer: FencedWriter
 ) -> None:
-    _, token, writer = leader
     zk_client.delete(token.lock_node)  # what an operator would do by hand
     with pytest.raises(NotLeaderError, match="lock node"):
         writer.create(f"{ROOT}/data/after-delete")
@@ -129,9 +131,8 @@ def test_operator_deleting_the_lock_node_deposes_the_holder(
 
 
 def test_an_expired_lease_refuses_before_sending(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, token: LeadershipToken
 ) -> None:
-    _, token, _ = leader
     writer = FencedWriter(zk_client, token, timeout=5, lease_valid=lambda: False)
     with pytest.raises(NotLeaderError, match="lease expired"):
         writer.create(f"{ROOT}/data/x")
@@ -139,9 +140,8 @@ def test_an_expired_lease_refuses_before_sending(
 
 
 def test_concurrent_compare_and_set_updates_lose_nothing(
-    zk_client: KazooClient, leader: tuple[Lock, LeadershipToken, FencedWriter]
+    zk_client: KazooClient, token: LeadershipToken, writer: FencedWriter
 ) -> None:
-    _, token, writer = leader
     path = f"{ROOT}/data/counter"
     writer.create_record(path, records.StormBase(name="wc", num_workers=0))
     threads, per_thread = 4, 25
