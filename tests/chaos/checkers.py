@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from cluster.api import records
+from nimbus.duties.lifecycle import REQUESTS_KEPT
 from tests.chaos.history import History
 from tests.chaos.state import ZkState
 
@@ -58,14 +59,28 @@ def s1_terms(state: ZkState, history: History) -> list[str]:
     return found
 
 
-def s2_reflected(state: ZkState, history: History) -> list[str]:
+def pruned_before(state: ZkState, requests_kept: int) -> float:
+    """Wall seconds before which the leader may have pruned request records: it keeps the
+    newest ``requests_kept`` (by their time) once it holds twice that. -inf while it
+    cannot have pruned any."""
+    if len(state.requests) < requests_kept:
+        return float("-inf")
+    return float(min(s.record.time_ms for s in state.requests.values())) / 1000.0
+
+
+def s2_reflected(
+    state: ZkState, history: History, *, requests_kept: int = REQUESTS_KEPT
+) -> list[str]:
     """S2: every acknowledged submit and kill is in the final state; nothing else appears.
 
     A call the service refused for sure (``fail``) must have changed nothing: finding its
     request recorded means a retry of a call that had landed was refused instead of
-    being answered with its first outcome.
+    being answered with its first outcome. A request record is looked for only where the
+    leader cannot have pruned it: its call started after the oldest record kept (a long
+    run acknowledges more calls than the leader keeps records).
     """
     found: list[str] = []
+    pruned = pruned_before(state, requests_kept)
     calls = history.snapshot()
     submits: dict[str, list[str]] = defaultdict(list)  # name -> request ids
     killed_names = {c.name for c in calls if c.kind == "kill"}
@@ -74,7 +89,8 @@ def s2_reflected(state: ZkState, history: History) -> list[str]:
         if call.kind == "submit":
             submits[call.name].append(call.request_id)
     for call in history.ok_writes():
-        if call.request_id not in state.requests:
+        recent = history.wall0 + call.start >= pruned
+        if call.request_id not in state.requests and recent:
             found.append(f"{call.kind} {call.name}: acknowledged but its request is not recorded")
         stored = state.storms.get(call.topology_id)
         if stored is None:

@@ -293,3 +293,27 @@ def test_a_pause_as_long_as_the_silence_window_is_a_failover_not_a_ride_through(
     assert FAULTS["sigkill-leader"].target_at(20.0) == "T+2"
     assert met("P+2", Window(gap=3.9, after_heal=None, leader_changed=True), 20.0)
     assert not met("P+2", Window(gap=4.1, after_heal=None, leader_changed=True), 20.0)
+
+
+def test_s2_forgives_a_request_record_the_leader_pruned_and_no_other(
+    zk_client: KazooClient,
+) -> None:
+    """The leader keeps only its newest request records: an acknowledged call older than
+    every record kept may have lost its record to pruning; a newer one may not."""
+    for folder in PATHS.folders():
+        zk_client.ensure_path(folder)
+    history = History()
+    _, writer = _lead(zk_client, "l:1")
+    calls = [_submit(writer, history, name) for name in ("old", "mid", "new")]
+    for call in calls:  # each record stamped with the wall time its call ended
+        path = PATHS.request(call.request_id)
+        outcome = records.RequestOutcome.FromString(zk_client.get(path)[0])
+        outcome.time_ms = int((history.wall0 + call.end) * 1000)
+        zk_client.set(path, outcome.SerializeToString())
+    zk_client.delete(PATHS.request(calls[0].request_id))  # pruned: older than all kept
+    assert s2_reflected(read_state(zk_client, ROOT), history, requests_kept=2) == []
+    found = s2_reflected(read_state(zk_client, ROOT), history, requests_kept=3)
+    assert any("old: acknowledged but its request is not recorded" in f for f in found), found
+    zk_client.delete(PATHS.request(calls[2].request_id))  # lost: newer than a kept one
+    found = s2_reflected(read_state(zk_client, ROOT), history, requests_kept=1)
+    assert any("new: acknowledged but its request is not recorded" in f for f in found), found
