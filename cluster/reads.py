@@ -15,14 +15,18 @@ from cluster.paths import Paths
 log = logging.getLogger(__name__)
 
 
+def children_of(client: KazooClient, path: str) -> list[str]:
+    """The children of ``path``, read now; none where ``path`` does not exist."""
+    try:
+        return list(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
 def read_storms(client: KazooClient, paths: Paths) -> dict[str, records.StormBase]:
     """Every topology in ``/storms``; a damaged record is reported and skipped."""
-    try:
-        ids = client.get_children(paths.storms)
-    except NoNodeError:
-        return {}
     storms: dict[str, records.StormBase] = {}
-    for topology_id in ids:
+    for topology_id in children_of(client, paths.storms):
         try:
             data, _ = client.get(paths.storm(topology_id))
             storms[topology_id] = records.StormBase.FromString(data)
@@ -61,10 +65,7 @@ class Holders:
 def live_replicas(client: KazooClient, paths: Paths) -> frozenset[str]:
     """Replicas with a live session (``/nimbuses``): holder nodes are persistent, so a
     replica that is down still has them; only live ones can serve a download."""
-    try:
-        return frozenset(client.get_children(paths.nimbuses))
-    except NoNodeError:
-        return frozenset()
+    return frozenset(children_of(client, paths.nimbuses))
 
 
 def read_holders_of(

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -40,6 +40,7 @@ from cluster import __version__
 from cluster.api import records
 from cluster.factory import connect, make_kazoo_client
 from cluster.paths import Paths, parse_worker_name, worker_name
+from cluster.reads import children_of
 from cluster.threads import guarded_thread
 from fencing import FencingError, Membership, ensure_folders
 from pipeline.supervisor_config import SupervisorConfig, resolved
@@ -250,18 +251,12 @@ class Supervisor:
     def _find_own_beats(self) -> set[str]:
         """Heartbeats with this supervisor's name, e.g. left by a previous process."""
         found: set[str] = set()
-        for tid in self._children(self._paths.workerbeats):
-            for name in self._children(self._paths.workerbeats_of(tid)):
+        for tid in children_of(self.client, self._paths.workerbeats):
+            for name in children_of(self.client, self._paths.workerbeats_of(tid)):
                 parsed = parse_worker_name(name)
                 if parsed is not None and parsed[0] == self.id:
                     found.add(self._paths.workerbeat(tid, name))
         return found
-
-    def _children(self, path: str) -> list[str]:
-        try:
-            return list(self.client.get_children(path))
-        except NoNodeError:
-            return []
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
