@@ -112,7 +112,7 @@ class Poll:
     answers: str = ""
 
 
-class LeadershipPolls:
+class LeadershipPolls(Loops):
     """Asks every replica at once, every ``interval`` s, whether it leads; keeps each round.
 
     A replica that does not answer within ``timeout`` makes no claim in that round: to a
@@ -122,6 +122,7 @@ class LeadershipPolls:
     def __init__(
         self, addresses: Sequence[str], interval: float = 0.05, timeout: float = 1.0
     ) -> None:
+        super().__init__(self._run, [0], name="leadership-polls", join_s=30)  # one thread
         # Reconnect within a fraction of a second, not gRPC's default of up to two minutes.
         options = [("grpc.initial_reconnect_backoff_ms", 100),
                    ("grpc.min_reconnect_backoff_ms", 100),
@@ -132,14 +133,9 @@ class LeadershipPolls:
         self._timeout = timeout
         self._rounds: list[Poll] = []
         self._lock = threading.Lock()
-        self._loops = Loops(self._run, [0], name="leadership-polls", join_s=30)  # one thread
-
-    def start(self) -> LeadershipPolls:
-        self._loops.start()
-        return self
 
     def stop(self) -> None:
-        self._loops.stop()
+        super().stop()
         for channel in self._channels:
             channel.close()
 
@@ -148,8 +144,7 @@ class LeadershipPolls:
             return [p for p in self._rounds if since <= p.at <= until]
 
     def _run(self, _: int) -> None:
-        stopping = self._loops.stopping
-        while not stopping.is_set():
+        while not self.stopping.is_set():
             began = time.monotonic()
             try:
                 taken = self._poll(began)
@@ -157,7 +152,7 @@ class LeadershipPolls:
                     self._rounds.append(taken)
             except Exception:  # a missing round shows as a longer stretch: say why, go on
                 log.exception("a leadership poll failed")
-            stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
+            self.stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
 
     def _poll(self, at: float) -> Poll:
         request = pb.GetLeaderAddressRequest()
@@ -209,11 +204,13 @@ def longest_leaderless(polls: Sequence[Poll]) -> float:
 
 # -- ZooKeeper's faults, each injected, held and undone ----------------------------------
 
-#: (ensemble, index of the Nimbus leader, T) -> what was hit, in words.
-Inject = Callable[[KernelEnsemble, int, float], str]
+#: Called by a fault at the instant it is in place (the figures count from there).
+Mark = Callable[[], None]
+#: (ensemble, index of the Nimbus leader, T, mark) -> what was hit, in words.
+Inject = Callable[[KernelEnsemble, int, float, Mark], str]
 
 
-def _cut_from_peers(ens: KernelEnsemble, victim: int, seconds: float) -> str:
+def _cut_from_peers(ens: KernelEnsemble, victim: int, seconds: float, mark: Mark) -> str:
     """Cut server ``victim`` from its peers, whole, for ``seconds``; its clients still reach
     it. Fails if it never leaves its quorum: a cut that changes nothing proves nothing."""
     zk = ens.zk
@@ -221,8 +218,9 @@ def _cut_from_peers(ens: KernelEnsemble, victim: int, seconds: float) -> str:
     assert pid is not None, f"ZooKeeper server {victim} is not running"
     peers = [port for j in range(zk.size) if j != victim for port in zk.quorum_ports(j)]
     cut = LoopbackPortCut(zk.quorum_ports(victim), owner=pid, peer_ports=peers)
-    start = time.monotonic()
     cut.cut()
+    mark()
+    start = time.monotonic()
     try:
         wait_until(lambda: zk.node_mode(victim) is None, timeout=60, interval=0.1,
                    message=f"ZooKeeper server {victim} leaving its quorum")  # fmt: skip
@@ -234,47 +232,49 @@ def _cut_from_peers(ens: KernelEnsemble, victim: int, seconds: float) -> str:
     return f"out of its quorum after {left:.1f} s; replicas on it at the heal {on_it}"
 
 
-def cut_used_follower(ens: KernelEnsemble, leader: int, T: float) -> str:
-    """A ZooKeeper follower that Nimbus followers are connected to, cut from its peers for
-    2T: of the followers, the one most of them use, not the Nimbus leader's if it can be
-    (another case is the leader's)."""
+def cut_followers_server(ens: KernelEnsemble, leader: int, T: float, mark: Mark) -> str:
+    """A server Nimbus followers are connected to, cut from its peers for 2T: the one most
+    of them use, rather one the Nimbus leader is not on (another case is the leader's),
+    rather a ZooKeeper follower (another case is the ZooKeeper leader)."""
     servers = ens.servers()
     zk_leader = ens.zk_leader()
     used = [s for i, s in servers.items() if i != leader]
 
-    def score(server: int) -> tuple[int, bool]:
-        return used.count(server), server != servers[leader]
+    def score(server: int) -> tuple[int, bool, bool]:
+        return used.count(server), server != servers[leader], server != zk_leader
 
-    victim = max((i for i in range(ens.zk.size) if i != zk_leader), key=score)
+    victim = max(range(ens.zk.size), key=score)
+    role = "leader" if victim == zk_leader else "follower"
     serving = sorted(i for i, s in servers.items() if s == victim)
-    done = _cut_from_peers(ens, victim, 2 * T)
-    return f"zk server {victim} (follower) of replicas {serving}; {done}"
+    done = _cut_from_peers(ens, victim, 2 * T, mark)
+    return f"zk server {victim} ({role}) of replicas {serving}; {done}"
 
 
-def cut_leaders_server(ens: KernelEnsemble, leader: int, T: float) -> str:
+def cut_leaders_server(ens: KernelEnsemble, leader: int, T: float, mark: Mark) -> str:
     """The server the Nimbus leader is connected to, cut from its peers for 2T."""
     victim = ens.servers()[leader]
     role = "leader" if victim == ens.zk_leader() else "follower"
-    done = _cut_from_peers(ens, victim, 2 * T)
+    done = _cut_from_peers(ens, victim, 2 * T, mark)
     return f"zk server {victim} ({role}) of the Nimbus leader {leader}; {done}"
 
 
-def cut_zk_leader(ens: KernelEnsemble, leader: int, T: float) -> str:
+def cut_zk_leader(ens: KernelEnsemble, leader: int, T: float, mark: Mark) -> str:
     """The ZooKeeper leader cut from its peers for 2T: no write commits until the others
     notice (syncLimit) and elect, whoever is connected to it."""
     victim = ens.zk_leader()
     on_it = sorted(i for i, s in ens.servers().items() if s == victim)
-    done = _cut_from_peers(ens, victim, 2 * T)
+    done = _cut_from_peers(ens, victim, 2 * T, mark)
     return f"zk server {victim} (leader) of replicas {on_it}; {done}"
 
 
-def rolling_restart(ens: KernelEnsemble, leader: int, T: float) -> str:
+def rolling_restart(ens: KernelEnsemble, leader: int, T: float, mark: Mark) -> str:
     """SIGKILL every server in turn, the ZooKeeper leader last, each started again on its
     data and the ensemble whole before the next: an operator's restart, under load."""
     zk = ens.zk
     zk_leader = ens.zk_leader()
     order = [i for i in range(zk.size) if i != zk_leader] + [zk_leader]
     took = []
+    mark()
     for i in order:
         began = time.monotonic()
         zk.restart(i, timeout=RECOVER_S)  # SIGKILL, start on the same data, serving
@@ -284,7 +284,7 @@ def rolling_restart(ens: KernelEnsemble, leader: int, T: float) -> str:
 
 
 FAULTS: dict[str, Inject] = {
-    "zk-cut-used-follower-from-peers": cut_used_follower,
+    "zk-cut-nimbus-followers-server-from-peers": cut_followers_server,
     "zk-cut-nimbus-leaders-server-from-peers": cut_leaders_server,
     "zk-cut-zk-leader-from-peers": cut_zk_leader,
     "zk-rolling-sigkill-restart": rolling_restart,
@@ -348,7 +348,11 @@ def run_fault(
                message="acknowledged changes before the fault")  # fmt: skip
     moves = ens.moves()
     out = Outcome(fault, leader, epoch, ens.servers(), time.monotonic(), time.time())
-    out.target = FAULTS[fault](ens, leader, ens.session_timeout)
+
+    def mark() -> None:
+        out.start, out.start_wall = time.monotonic(), time.time()
+
+    out.target = FAULTS[fault](ens, leader, ens.session_timeout, mark)
     out.healed, healed_wall = time.monotonic(), time.time()
     ens.zk.heal(RECOVER_S)
     out.epoch_after = ens.wait_healthy(RECOVER_S)[1]

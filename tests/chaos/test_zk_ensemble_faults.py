@@ -1,7 +1,7 @@
 """ZooKeeper's own faults under a CLI workload, with a 3-server ensemble (issue 31).
 
 One cluster for the module; each fault, one per test, on a healthy cluster taking
-writes: a ZooKeeper follower Nimbus replicas are connected to cut from its peers, the
+writes: a ZooKeeper server Nimbus followers are connected to cut from its peers, the
 Nimbus leader's server cut from its peers, the ZooKeeper leader cut from its peers (each
 for 2T, then healed), and a rolling SIGKILL restart of every server. The kernel makes the
 faults (``tests.chaos.kernel_ensemble``); the users are ``nimbus`` CLI processes with
