@@ -227,13 +227,26 @@ def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
 
 
 def _cut_from_peers(n: Nemesis, f: Fault, victim: int, role: str) -> None:
-    """Cut ZooKeeper server ``victim`` from its peers (its client port still answers) for
+    """Cut ZooKeeper server ``victim`` from its peers, whole (its own ports, and what its
+    process sends to theirs: by its own ports alone a follower stays in the quorum), for
     2T, then heal: it leaves the quorum, its clients move, and after the heal it rejoins
-    and may keep what the quorum dropped (ZOOKEEPER-4837, -5010)."""
+    and may keep what the quorum dropped (ZOOKEEPER-4837, -5010). A cut that never takes
+    the server out of its quorum proves nothing and fails the trial."""
     zk = n.cluster.zk
+    pid = zk.pid(victim)
+    assert pid is not None, f"ZooKeeper server {victim} is not running"
+    peers = [port for j in range(zk.size) if j != victim for port in zk.quorum_ports(j)]
+    cut = LoopbackPortCut(zk.quorum_ports(victim), owner=pid, peer_ports=peers)
     f.target = f"zk node {victim} ({role}) cut from its peers"
-    cut = LoopbackPortCut(zk.quorum_ports(victim))
-    n.held(f, 2 * n.T, cut.cut, cut.heal)
+    n.mark(f)
+    cut.cut()
+    try:
+        wait_until(lambda: zk.node_mode(victim) is None, timeout=60, interval=0.1,
+                   message=f"ZooKeeper server {victim} leaving its quorum")  # fmt: skip
+        n.hold(2 * n.T)
+    finally:
+        cut.heal()
+        n.healed(f)
 
 
 def zk_cut_used_follower_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
