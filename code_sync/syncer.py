@@ -30,7 +30,7 @@ from cluster.api import records
 from cluster.paths import Paths
 from cluster.reads import Holders, live_replicas, read_holders_of
 from cluster.recordcache import RecordCache
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from code_sync import held as held_index
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.gate import CodeGate
@@ -112,11 +112,7 @@ class CodeSyncer:
         )
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
-        self._thread = threading.Thread(
-            target=guarded("code-sync", self._run, stopping=self._stop.is_set),
-            name="code-sync",
-            daemon=True,
-        )
+        self._thread = guarded_thread("code-sync", self._run, self._stop)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 
 Clock = Callable[[], float]
 
@@ -74,11 +74,7 @@ class Heartbeat:
         self._interval = interval
         self._clock = clock
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("zk-heartbeat", self._run, stopping=self._stop.is_set),
-            name="zk-heartbeat",
-            daemon=True,
-        )
+        self._thread = guarded_thread("zk-heartbeat", self._run, self._stop)
 
     def start(self) -> None:
         self._thread.start()

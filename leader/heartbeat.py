@@ -21,7 +21,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
 from cluster.paths import Paths
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from fencing.beats import BeatOutcome, beat_outcome, create_beat, drop_beat, send_beat
 from fencing.errors import FencingError
 from fencing.lease import Lease
@@ -61,11 +61,7 @@ class Beater:
         self._one_at_a_time = threading.Lock()
         self._node: str | None = None  # the lock node our beat node was made for
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("beater", self._run, stopping=self._stop.is_set, backoff=0.2),
-            name="beater",
-            daemon=True,
-        )
+        self._thread = guarded_thread("beater", self._run, self._stop, backoff=0.2)
 
     def add_listener(self, listener: BeatListener) -> None:
         self._listeners.append(listener)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,7 @@ class PeerLink:
         self._closed_at: float | None = None  # for self._address
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("peer-link", self._run, stopping=self._stop.is_set),
-            name="peer-link",
-            daemon=True,
-        )
+        self._thread = guarded_thread("peer-link", self._run, self._stop)
 
     def start(self) -> None:
         self._thread.start()

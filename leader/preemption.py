@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from cluster.paths import Paths
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
 from fencing.preempt import preempt
@@ -101,11 +101,7 @@ class Preemptor:
         self._term_session: int | None = None  # its owner, read once per lock node
         self._quiet_until = 0.0
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("preemption", self._run, stopping=self._stop.is_set),
-            name="preemption",
-            daemon=True,
-        )
+        self._thread = guarded_thread("preemption", self._run, self._stop)
 
     def start(self) -> None:
         if self._s.window > 0:

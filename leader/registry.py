@@ -17,7 +17,7 @@ from kazoo.exceptions import KazooException
 from cluster import __version__
 from cluster.api import records
 from cluster.paths import Paths
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from fencing import FencingError, Membership
 
 log = logging.getLogger(__name__)
@@ -44,11 +44,7 @@ class Registry:
         self._epoch = 0
         self._dirty = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=guarded("registry", self._run, stopping=self._stop.is_set),
-            name="registry",
-            daemon=True,
-        )
+        self._thread = guarded_thread("registry", self._run, self._stop)
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)

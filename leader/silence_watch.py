@@ -23,7 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
-from cluster.threads import guarded
+from cluster.threads import guarded_thread
 from fencing.beats import PreemptOutcome, preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
@@ -78,11 +78,7 @@ class SilenceWatch:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.last: Decision = Decision(Verdict.IDLE)  # for tests and logs
-        self._thread = threading.Thread(
-            target=guarded("silence-watch", self._run, stopping=self._stop.is_set),
-            name="silence-watch",
-            daemon=True,
-        )
+        self._thread = guarded_thread("silence-watch", self._run, self._stop)
 
     def start(self) -> None:
         if not self._enabled:
