@@ -18,7 +18,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -246,11 +245,10 @@ def machine_facts() -> MachineFacts:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (``devtools.zklocate``)."""
+    from devtools.zklocate import free_ports  # after the sys.path set-up above
+
+    return free_ports(1)[0]
 
 
 def pdeathsig_prefix() -> list[str]:

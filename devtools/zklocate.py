@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import time
@@ -120,17 +121,30 @@ def find_zookeeper_classpath(env: Mapping[str, str] | None = None) -> str:
     )
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports the kernel just handed out.
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
-    They are released before the server binds them, so another process may grab one in
-    between; :meth:`ZooKeeperCluster.start` retries once with fresh ports on a bind failure.
-    """
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free a moment ago, below the kernel's ephemeral
+    range: outgoing connections take their local port from that range, so none can take
+    these between now and the server's bind (with many runs on one machine, they did).
+    Another listener may still pick the same one; :meth:`ZooKeeperCluster.start` retries
+    once with fresh ports on a bind failure."""
+    top = _ephemeral_low()
+    bottom = max(1024, top - 12_000)
     socks: list[socket.socket] = []
     try:
-        for _ in range(count):
+        while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", random.randrange(bottom, top)))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
         return [int(s.getsockname()[1]) for s in socks]
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.api import pb, rpc
 from cluster.factory import make_channel
+from devtools.zklocate import free_ports
 from tests.processes import REPO as REPO
 from tests.processes import stop_process
 from tests.waiting import wait_until
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
 
 
 class Replica:
