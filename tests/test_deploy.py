@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from leader.health import LEADER_SERVICE
 from nimbus.cli import build_parser
 from nimbus.cli.cmd_serve import resolve
 from nimbus.config import make_config
-from nimbus.server.podlabel import LABEL, PodApi
+from nimbus.server.podlabel import LABEL, PodApi, PodLabeler
 from tests.cluster import REPO, free_port
 from tests.replica_fixtures import Spawn
 from tests.waiting import wait_until
@@ -362,3 +363,27 @@ def test_a_replicas_memory_limit_leaves_room_over_the_validation_limit() -> None
     limit = mebibytes(nimbus_container()["resources"]["limits"]["memory"])
     # The replica itself needs a few hundred MiB beside a validation child at its limit.
     assert limit - config["validate-memory-mib"] >= 512, (limit, config["validate-memory-mib"])
+
+
+def test_the_pod_label_follows_the_claim_not_only_the_term(tmp_path: Path) -> None:
+    """A leader whose claim lapsed (no fresh acknowledged beat: cut off from ZooKeeper)
+    asks for the follower label within one beat interval, and for the leader label again
+    once it claims; nothing is patched here (the labeler's thread is not started)."""
+    api = PodApi(
+        "https://kubernetes.invalid:443", "prod", "nimbus-0", tmp_path / "t", tmp_path / "c"
+    )
+    labeler = PodLabeler(api)
+    claims = threading.Event()
+    claims.set()
+    stop = threading.Event()
+    thread = labeler.follow_claim(claims.is_set, stop, 0.01)
+    try:
+        wait_until(lambda: labeler.wanted == "leader", timeout=5, message="the leader label")
+        claims.clear()  # the claim lease lapsed
+        wait_until(lambda: labeler.wanted == "follower", timeout=5, message="dropped")
+        claims.set()
+        wait_until(lambda: labeler.wanted == "leader", timeout=5, message="claimed again")
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()

@@ -230,6 +230,10 @@ class NimbusDaemon:
             self.pod_labeler.start()
             self._started.append(self.pod_labeler.stop)
             self.pod_labeler.set_role("follower")  # a restarted leader's pod drops the label
+            # The claim lapses L after the last acknowledged beat: look at it each beat.
+            self.pod_labeler.follow_claim(
+                self.elector.is_leader, self._stopped, self.config.beats.interval
+            )
         steps = _Steps()
         self._connect()
         steps.done("zookeeper")

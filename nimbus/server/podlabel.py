@@ -1,8 +1,10 @@
 """Label this replica's own pod ``nimbus-role=leader|follower`` through the Kubernetes API.
 
 Optional (``--k8s-pod NAME``): a leader-only Service can then select the leader, as
-Patroni does, for clients that cannot follow redirects. The label only follows
-leadership, which ZooKeeper decides: a patch runs on a thread of its own (the elector's
+Patroni does, for clients that cannot follow redirects. The label follows the leader's
+claim (DESIGN item 8: a fresh acknowledged beat, not only the term), so a leader cut off
+from ZooKeeper stops being selected within its claim lease L, not when it learns it was
+deposed. A patch runs on a thread of its own (the elector's
 callbacks never wait on HTTP), a failed patch is retried with backoff and logged, and
 only the newest role is ever sent. Readiness still gates the Service, so a pod whose
 label is stale after a crash receives nothing until it is ready and has relabelled.
@@ -18,10 +20,12 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.errors import ConfigError
+from cluster.threads import guarded_thread
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +88,30 @@ class PodLabeler:
 
     def set_role(self, role: str) -> None:
         with self._changed:
+            if role == self._wanted:
+                return
             self._wanted = role
             self._changed.notify_all()
+
+    @property
+    def wanted(self) -> str | None:
+        """The newest role asked for (sent, or on its way)."""
+        with self._changed:
+            return self._wanted
+
+    def follow_claim(
+        self, is_leader: Callable[[], bool], stop: threading.Event, interval: float
+    ) -> threading.Thread:
+        """Every ``interval``, ask for ``leader`` while ``is_leader()`` holds (the claim),
+        else ``follower``; until ``stop`` is set."""
+
+        def body() -> None:
+            while not stop.wait(interval):
+                self.set_role("leader" if is_leader() else "follower")
+
+        thread = guarded_thread("pod-role", body, stop)
+        thread.start()
+        return thread
 
     def stop(self, flush: float = 2.0) -> None:
         """Give the last role ``flush`` seconds to reach the API server, then stop."""
