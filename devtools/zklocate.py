@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -128,6 +129,13 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+#: Where this process hands out its next port: a random start, then one after another,
+#: so no port is handed out twice until the range wraps (random picks collided: two
+#: replicas of one test were given the same port).
+_cursor: list[int] = []
+_cursor_guard = threading.Lock()
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports free a moment ago, below the kernel's ephemeral
     range: outgoing connections take their local port from that range, so none can take
@@ -136,16 +144,25 @@ def free_ports(count: int) -> list[int]:
     once with fresh ports on a bind failure."""
     top = _ephemeral_low()
     bottom = max(1024, top - 12_000)
+    span = top - bottom
     socks: list[socket.socket] = []
     try:
-        while len(socks) < count:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", random.randrange(bottom, top)))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
+        with _cursor_guard:
+            if not _cursor:
+                _cursor.append(random.randrange(span))
+            for _ in range(span):
+                if len(socks) == count:
+                    break
+                _cursor[0] = (_cursor[0] + 1) % span
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.bind(("127.0.0.1", bottom + _cursor[0]))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+        if len(socks) < count:
+            raise OSError(f"no {count} free ports between {bottom} and {top}")
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:

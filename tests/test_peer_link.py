@@ -4,6 +4,7 @@ not "closed"."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -33,8 +34,12 @@ class Listener:
             self.accepted.append(conn)
 
     def close(self) -> None:
+        """Nothing listens any more (a blocked accept() is woken: a close alone leaves the
+        socket listening while the accepting thread holds it), then every connection."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
-        for conn in self.accepted:
+        for conn in list(self.accepted):
             conn.close()
 
 
@@ -54,6 +59,8 @@ def test_a_peer_that_goes_away_is_heard_closed(link: tuple[PeerLink, threading.E
     wait_until(lambda: server.accepted, timeout=5, message="the link connected")
     assert not peer.closed(server.address)
     server.close()  # the process's sockets closed, nothing listens any more
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(server.address.rsplit(":", 1)[1])), 1)
     assert changed.wait(5), "the close was reported"
     assert peer.closed(server.address)
     assert not peer.closed("127.0.0.1:1"), "only the followed address"
