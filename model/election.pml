@@ -47,6 +47,10 @@
  *    a lock node whose beat node stays absent for P is preempted by a multi-op that
  *    creates and deletes the beat node to prove it absent: not modelled here, as its
  *    safety rests on the same all-or-nothing multi-op and own-lock-node check).
+ *  - The shorter window for a leader heard dead (its kernel closed the successor's held
+ *    connection: leader/peer_link.py, L*(1+rho) + H instead of P) is not modelled: it
+ *    changes only when the same fenced preemption is sent, and fencing, which is
+ *    modelled, never depends on that time; the claim lease is over by then all the same.
  *  - Each queued replica watches the node just in front of it (the leader's, or a
  *    winner's that never took office, or a dead one between).
  *  - A beat is sent and applied in one step unless the link is down (the reply never
