@@ -73,15 +73,17 @@ class CodeGate:
         Each call starts or clears those ``code_wait`` clocks, records ids found held, and
         requests a sync pass when anything blocks or a held copy was found damaged.
 
-        "Now" costs one stat of ``/storms`` when the watch-fed cache is current (same
-        child version, every record read): taking office must not list 10,000 topologies.
-        Only ids not yet known to be held here are examined one by one.
+        "Now" costs one stat of ``/storms`` when the watch-fed cache's listing is current
+        (same child version: the children are exactly these, whether or not every record
+        has been read yet, so a replica still loading takes office without listing 10,000
+        topologies). Only ids not yet known to be held here are examined one by one, each
+        digest from the cache or, not read yet, from ZooKeeper.
         """
-        ids, cversion, records_read = self.storms.snapshot()
+        ids, cversion, _ = self.storms.snapshot()
         stat = self._client.exists(self._paths.storms)
         if stat is None:
             return []
-        if not records_read or int(stat.cversion) != cversion:
+        if int(stat.cversion) != cversion:
             ids = frozenset(self._client.get_children(self._paths.storms))
         with self._state:
             for gone in [tid for tid in self._holderless_since if tid not in ids]:

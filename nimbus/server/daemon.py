@@ -94,9 +94,17 @@ class NimbusDaemon:
         self.client: KazooClient = make_kazoo_client(
             config.zookeeper, session_timeout=config.session_timeout, auth=self.security.zk_auth
         )
+        # Bulk reads get a session of their own. ZooKeeper answers one session's requests
+        # in order and kazoo runs one session's callbacks on one thread: 10,000 record
+        # reads on the election session put every step of a failover (the lock's watch,
+        # its listing, take-office) behind them. Only reads travel here, and every view
+        # fed by it may lag (as a watch-fed cache always could); fencing does not read it.
+        self.bulk_client: KazooClient = make_kazoo_client(
+            config.zookeeper, session_timeout=config.session_timeout, auth=self.security.zk_auth
+        )
         self.cache = LeaderCache(self.client, self.paths)
         self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
-        self.storms = RecordCache(self.client, self.paths.storms, records.StormBase.FromString)
+        self.storms = RecordCache(self.bulk_client, self.paths.storms, records.StormBase.FromString)
         self.downloads = DownloadCounter()
         self.syncer = CodeSyncer(
             self.client,
@@ -268,6 +276,8 @@ class NimbusDaemon:
         connect(self.client, self.config.zookeeper, self.config.connect_timeout)
         self._started.append(self._close_client)
         check_session_timeout(self.client, self.config.session_timeout)
+        connect(self.bulk_client, self.config.zookeeper, self.config.connect_timeout)
+        self._started.append(self._close_bulk_client)
 
     def _stop_server_now(self) -> None:
         self.server.stop(0).wait(1)
@@ -275,6 +285,10 @@ class NimbusDaemon:
     def _close_client(self) -> None:
         self.client.stop()
         self.client.close()
+
+    def _close_bulk_client(self) -> None:
+        self.bulk_client.stop()
+        self.bulk_client.close()
 
     def _stop_started(self) -> None:
         """After a failed start: stop what did start, newest first, whatever each says."""
@@ -301,6 +315,7 @@ class NimbusDaemon:
         self.registry.stop()
         self.server.stop(grace).wait(grace + 1)
         self._close_client()
+        self._close_bulk_client()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.pod_labeler is not None:
