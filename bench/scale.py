@@ -1,6 +1,6 @@
 """What failover and memory cost with 10 and with 10,000 active topologies.
 
-For each N (10 and 10,000; ``--quick``: 10 and 2,000) under a fresh root
+For each N (10 and 10,000, ``--quick`` too) under a fresh root
 ``/scale-<N>-<uuid>`` on one standalone ZooKeeper:
 
 * seeds the metadata directly with a plain kazoo client (a benchmark is exempt from the
@@ -18,7 +18,8 @@ For each N (10 and 10,000; ``--quick``: 10 and 2,000) under a fresh root
   each replica used in those idle seconds (no calls, nothing changing), and again in the
   steady state (``STEADY_WINDOW_S`` from ``STEADY_AFTER_S`` after ready: start-up work
   done, a periodic full code-sync pass inside the window);
-* failover, ``FULL_TRIALS`` times (``--quick``: ``QUICK_TRIALS``): SIGTERM the leader and,
+* failover, ``FULL_TRIALS`` times (``--quick``: ``QUICK_TRIALS``), the trials of the two N
+  interleaved in a random order each round while both clusters run: SIGTERM the leader and,
   polling the other replica every ``POLL_INTERVAL_S`` with both calls in turn, time from
   the signal until (a) its ``GetLeaderAddress`` names itself with a higher epoch and
   (b) it has *served a write*: ``DeactivateTopology`` (then ``ActivateTopology`` on the
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +91,8 @@ from cluster.api import pb, records
 from devtools.zkserver import ZooKeeperCluster
 
 SMALL_N = 10
-FULL_LARGE_N = 10_000
-QUICK_LARGE_N = 2_000
-FULL_TRIALS = 5
+LARGE_N = 10_000
+FULL_TRIALS = 7
 QUICK_TRIALS = 3
 
 ZK_MAX_SESSION_MS = 60_000
@@ -198,16 +199,24 @@ def failover_trial(cluster: Cluster, index: int, poll_s: float) -> Trial:
 # -- one N --------------------------------------------------------------------------------
 
 
-def measure_size(
-    zookeeper: str,
-    workdir: Path,
-    package: Package,
-    n: int,
-    *,
-    trials: int,
-    poll_s: float,
-    keep_logs: Path | None,
-) -> tuple[SizeResult, list[str]]:
+@dataclass
+class SizeBed:
+    """One N's cluster, up and measured idle, collecting its failover trials."""
+
+    n: int
+    root: str
+    cluster: Cluster
+    seed_s: float
+    first_ready_s: float
+    leader_rss: float | None
+    follower_rss: float | None
+    idle_cpu: tuple[float | None, float | None]
+    steady_cpu: tuple[float | None, float | None]
+    trials: list[Trial] = field(default_factory=list)
+
+
+def start_size(zookeeper: str, workdir: Path, package: Package, n: int) -> SizeBed:
+    """Seed N topologies, start the replicas, and measure memory and CPU idle and steady."""
     root = f"/scale-{n}-{uuid.uuid4().hex[:12]}"
     sizedir = workdir / f"n{n}"
     sizedir.mkdir()
@@ -223,60 +232,73 @@ def measure_size(
         leader, epoch = cluster.wait_ready()
         first_ready_s = time.monotonic() - began
         follower = cluster.other(leader)
-        leader_cpu, follower_cpu = cpu_share((leader.pid, follower.pid), SETTLE_S)
+        idle = cpu_share((leader.pid, follower.pid), SETTLE_S)
         leader_rss = vm_rss_mib(leader.pid)
         follower_rss = vm_rss_mib(follower.pid)
         # Steady state: what an idle cluster of this size costs, start-up work long done.
         time.sleep(max(0.0, began + first_ready_s + STEADY_AFTER_S - time.monotonic()))
-        leader_steady, follower_steady = cpu_share((leader.pid, follower.pid), STEADY_WINDOW_S)
-        print(
-            f"N={n}: both replicas ready in {first_ready_s:.2f} s; leader {leader.address} "
-            f"(epoch {epoch}) RSS {leader_rss or 0:.1f} MiB, follower "
-            f"{follower_rss or 0:.1f} MiB; idle CPU leader {100 * (leader_cpu or 0):.0f}%, "
-            f"follower {100 * (follower_cpu or 0):.0f}% of a core; steady "
-            f"{100 * (leader_steady or 0):.1f}% / {100 * (follower_steady or 0):.1f}%",
-            file=sys.stderr,
-            flush=True,
-        )
-        done: list[Trial] = []
-        for i in range(trials):
-            trial = failover_trial(cluster, i, poll_s)
-            done.append(trial)
-            steps = ", ".join(f"{k} {v * 1000:.0f}" for k, v in trial.steps.items())
-            print(
-                f"  N={n} trial {i + 1}/{trials}: leader answers {trial.answered_s * 1000:7.1f} ms,"
-                f" {trial.action} OK {trial.wrote_s * 1000:7.1f} ms ({trial.write_attempts} "
-                f"attempts), epoch {trial.old_epoch} -> {trial.new_epoch}; log: {steps} ms; "
-                f"restart ready in {trial.restart_ready_s:.2f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-        leader, _ = cluster.wait_ready()
-        leader_rss_after = vm_rss_mib(leader.pid)
+        steady = cpu_share((leader.pid, follower.pid), STEADY_WINDOW_S)
     except BaseException:
         print(f"bench/scale.py: replica logs (N={n}):\n{cluster.tails()}", file=sys.stderr)
-        raise
-    finally:
         cluster.shutdown()
+        raise
+    print(
+        f"N={n}: both replicas ready in {first_ready_s:.2f} s; leader {leader.address} "
+        f"(epoch {epoch}) RSS {leader_rss or 0:.1f} MiB, follower "
+        f"{follower_rss or 0:.1f} MiB; idle CPU leader {100 * (idle[0] or 0):.0f}%, "
+        f"follower {100 * (idle[1] or 0):.0f}% of a core; steady "
+        f"{100 * (steady[0] or 0):.1f}% / {100 * (steady[1] or 0):.1f}%",
+        file=sys.stderr,
+        flush=True,
+    )
+    return SizeBed(n, root, cluster, seed_s, first_ready_s, leader_rss, follower_rss, idle, steady)
+
+
+def trial_on(bed: SizeBed, poll_s: float, of: int) -> None:
+    index = len(bed.trials)
+    try:
+        trial = failover_trial(bed.cluster, index, poll_s)
+    except BaseException:
+        print(f"bench/scale.py: replica logs (N={bed.n}):\n{bed.cluster.tails()}", file=sys.stderr)
+        raise
+    bed.trials.append(trial)
+    steps = ", ".join(f"{k} {v * 1000:.0f}" for k, v in trial.steps.items())
+    print(
+        f"  N={bed.n} trial {index + 1}/{of}: leader answers {trial.answered_s * 1000:7.1f} ms,"
+        f" {trial.action} OK {trial.wrote_s * 1000:7.1f} ms ({trial.write_attempts} "
+        f"attempts), epoch {trial.old_epoch} -> {trial.new_epoch}; log: {steps} ms; "
+        f"restart ready in {trial.restart_ready_s:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def finish_size(bed: SizeBed, keep_logs: Path | None) -> SizeResult:
+    """The leader's memory after all the failovers; the cluster stopped, logs kept."""
+    try:
+        leader, _ = bed.cluster.wait_ready()
+        leader_rss_after = vm_rss_mib(leader.pid)
+    finally:
+        bed.cluster.shutdown()
         if keep_logs is not None:
             keep_logs.mkdir(parents=True, exist_ok=True)
-            for replica in cluster.replicas:
+            for replica in bed.cluster.replicas:
                 with contextlib.suppress(OSError):
-                    shutil.copy(replica.log_path, keep_logs / f"n{n}-{replica.log_path.name}")
+                    shutil.copy(replica.log_path, keep_logs / f"n{bed.n}-{replica.log_path.name}")
     return SizeResult(
-        n=n,
-        root=root,
-        seed_s=seed_s,
-        first_ready_s=first_ready_s,
-        leader_rss_mib=leader_rss,
-        follower_rss_mib=follower_rss,
+        n=bed.n,
+        root=bed.root,
+        seed_s=bed.seed_s,
+        first_ready_s=bed.first_ready_s,
+        leader_rss_mib=bed.leader_rss,
+        follower_rss_mib=bed.follower_rss,
         leader_rss_after_mib=leader_rss_after,
-        leader_idle_cpu=leader_cpu,
-        follower_idle_cpu=follower_cpu,
-        leader_steady_cpu=leader_steady,
-        follower_steady_cpu=follower_steady,
-        trials=done,
-    ), cluster.notes
+        leader_idle_cpu=bed.idle_cpu[0],
+        follower_idle_cpu=bed.idle_cpu[1],
+        leader_steady_cpu=bed.steady_cpu[0],
+        follower_steady_cpu=bed.steady_cpu[1],
+        trials=bed.trials,
+    )
 
 
 def cpu_share(pids: tuple[int, int], seconds: float) -> tuple[float | None, float | None]:
@@ -293,28 +315,30 @@ def cpu_share(pids: tuple[int, int], seconds: float) -> tuple[float | None, floa
 
 def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]:
     bench_run = BenchRun.start(quick=quick)
-    sizes = (SMALL_N, QUICK_LARGE_N if quick else FULL_LARGE_N)
+    sizes = (SMALL_N, LARGE_N)
     trials = QUICK_TRIALS if quick else FULL_TRIALS
     workdir = Path(tempfile.mkdtemp(prefix="nimbus-bench-scale-"))
     results: list[SizeResult] = []
     notes: list[str] = []
+    beds: list[SizeBed] = []
     try:
         package = build_package(workdir / "package.zip")
         with ZooKeeperCluster(size=1, max_session_timeout_ms=ZK_MAX_SESSION_MS) as zk:
             zk_version = zookeeper_version(zk.client_ports[0])
             for n in sizes:
-                result, size_notes = measure_size(
-                    zk.connect_string,
-                    workdir,
-                    package,
-                    n,
-                    trials=trials,
-                    poll_s=poll_s,
-                    keep_logs=keep_logs,
-                )
-                results.append(result)
-                notes.extend(f"N={n}: {note}" for note in size_notes)
+                beds.append(start_size(zk.connect_string, workdir, package, n))
+            # Trials interleaved across the sizes (in a random order each round), both
+            # clusters up throughout, so noise of the machine hits every N alike.
+            for _ in range(trials):
+                for bed in random.sample(beds, len(beds)):
+                    trial_on(bed, poll_s, trials)
+            while beds:
+                bed = beds.pop(0)
+                results.append(finish_size(bed, keep_logs))
+                notes.extend(f"N={bed.n}: {note}" for note in bed.cluster.notes)
     finally:
+        for bed in beds:
+            bed.cluster.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
     return report(
         results,
@@ -328,8 +352,8 @@ def run(*, quick: bool, poll_s: float, keep_logs: Path | None) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     quick_help = (
-        f"{SMALL_N} and {QUICK_LARGE_N:,} topologies, {QUICK_TRIALS} failovers each, "
-        f"instead of {SMALL_N} and {FULL_LARGE_N:,}, {FULL_TRIALS} each (a few minutes)"
+        f"{QUICK_TRIALS} failovers at each of {SMALL_N} and {LARGE_N:,} topologies instead "
+        f"of {FULL_TRIALS}: the same measurement, fewer trials"
     )
     parser = bench_parser(__doc__, quick_help)
     parser.add_argument(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
 
 from cluster.api import records
 from cluster.paths import Paths
@@ -29,8 +30,12 @@ def read_leader_epoch(client: KazooClient, paths: Paths) -> tuple[records.Leader
     A record that does not parse is returned as None with its real version, so a
     damaged node never blocks an election: the next holder overwrites it.
     """
+    return _leader_epoch(client.get_async(paths.leader_epoch))
+
+
+def _leader_epoch(result: IAsyncResult) -> tuple[records.LeaderEpoch | None, int]:
     try:
-        data, stat = client.get(paths.leader_epoch)
+        data, stat = result.get()
     except NoNodeError:
         return None, -1
     try:
@@ -40,8 +45,12 @@ def read_leader_epoch(client: KazooClient, paths: Paths) -> tuple[records.Leader
 
 
 def highest_recorded_epoch(client: KazooClient, paths: Paths) -> int:
+    return _highest(client.get_children_async(paths.epochs))
+
+
+def _highest(result: IAsyncResult) -> int:
     try:
-        children = client.get_children(paths.epochs)
+        children = result.get()
     except NoNodeError:
         return 0
     return max((int(c) for c in children if c.isdigit()), default=0)
@@ -66,8 +75,12 @@ def take_office(
     """
     last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
-        current, version = read_leader_epoch(client, paths)
-        previous = max(current.epoch if current else 0, highest_recorded_epoch(client, paths))
+        # The reads go out together: one round trip before the multi-op, not three.
+        epoch_read = client.get_async(paths.leader_epoch)
+        epochs_read = client.get_children_async(paths.epochs)
+        beat_read = client.exists_async(beat) if beat is not None else None
+        current, version = _leader_epoch(epoch_read)
+        previous = max(current.epoch if current else 0, _highest(epochs_read))
         epoch = previous + 1
         started = now_ms()
         record = records.LeaderEpoch(
@@ -86,10 +99,10 @@ def take_office(
             write,
             Create(paths.epoch(epoch), history),
         ]
-        if beat is not None:
+        if beat is not None and beat_read is not None:
             # Created here if the beater has not yet: a concurrent create loses the race
             # as a conflict, and the next attempt sets it.
-            there = client.exists(beat) is not None
+            there = beat_read.get() is not None
             ops.append(
                 SetData(beat, holder.encode())
                 if there

@@ -135,6 +135,11 @@ class Elector:
             token.cancel(CancelReason.SHUTDOWN)
         if lock is not None:
             lock.cancel()
+            if token is not None:
+                # Hand over before the term's teardown (duties, callbacks) has run: with
+                # the token cancelled nothing of this term claims, and the delete fails
+                # every fenced write still in flight, so the next replica need not wait.
+                self._release(lock)
         self._thread.join(timeout)
         self._release(lock)
         self.beater.stop()
