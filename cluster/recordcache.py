@@ -105,6 +105,12 @@ class RecordCache(Generic[M]):
         with self._guard:
             return {name: record for name, (record, _) in self._records.items()}
 
+    def versioned_items(self) -> dict[str, tuple[M, int]]:
+        """Each record with the znode version it was read at, from one snapshot: a writer
+        that acts on a record can check, in its multi-op, that it is still that version."""
+        with self._guard:
+            return dict(self._records)
+
     def get(self, name: str) -> M | None:
         with self._guard:
             entry = self._records.get(name)

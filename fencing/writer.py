@@ -101,17 +101,24 @@ class FencedWriter:
 
     # -- records ------------------------------------------------------------------------
 
-    def create_record(self, path: str, record: Any) -> str:
-        """Create a node holding ``record``, stamped with this term's epoch."""
+    def create_record(self, path: str, record: Any, *, unchanged: Sequence[Check] = ()) -> str:
+        """Create a node holding ``record``, stamped with this term's epoch. ``unchanged``:
+        nodes that must still be at the versions the decision was made on (same multi-op)."""
         stamp_epoch(record, self.token.epoch)
-        return self.create(path, record.SerializeToString(deterministic=True))
+        data = record.SerializeToString(deterministic=True)
+        result: str = self.batch([*unchanged, Create(path, data)])[len(unchanged)]
+        return result
 
-    def set_record(self, path: str, record: Any, *, version: int) -> Any:
-        """Compare-and-set ``record`` at ``version`` (the version it was read at)."""
+    def set_record(
+        self, path: str, record: Any, *, version: int, unchanged: Sequence[Check] = ()
+    ) -> Any:
+        """Compare-and-set ``record`` at ``version`` (the version it was read at);
+        ``unchanged`` as in ``create_record``."""
         if version < 0:
             raise ValueError("set_record is a compare-and-set: pass the version it was read at")
         stamp_epoch(record, self.token.epoch)
-        return self.set(path, record.SerializeToString(deterministic=True), version=version)
+        data = record.SerializeToString(deterministic=True)
+        return self.batch([*unchanged, SetData(path, data, version)])[len(unchanged)]
 
     def update_record(
         self,

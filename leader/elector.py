@@ -131,11 +131,12 @@ class Elector:
         self._wake.set()
         with self._lock_guard:
             token, lock = self._token, self._lock
+        leading = token is not None and not token.cancelled  # not a term ended before
         if token is not None:
             token.cancel(CancelReason.SHUTDOWN)
         if lock is not None:
             lock.cancel()
-            if token is not None:
+            if leading:
                 # Hand over before the term's teardown (duties, callbacks) has run: with
                 # the token cancelled nothing of this term claims, and the delete fails
                 # every fenced write still in flight, so the next replica need not wait.

@@ -82,7 +82,7 @@ def leave_lock(client: KazooClient, lock: Lock, *, timeout: float) -> None:
             # The session's end removes the node, and a later cycle drops it if the
             # session survives (``Membership.drop_session_nodes``).
             log.warning("could not release lock node %s: %s", node, e)
-    else:
+    elif node is not None:
         log.info("not connected: leaving lock node %s to the session", node)
     lock.is_acquired = False
     lock.node = None

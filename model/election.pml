@@ -487,8 +487,10 @@ active [NR] proctype replica() {
        lease[x] = CLAIM_END; binfl[x] = B_NONE; \
        if :: wpend[x] != 0 -> mbox = wpend[x]; wpend[x] = 0 :: else -> skip fi; \
        printf("@@ t=%d replica %d: CRASHED (its port tnow refuses)\n", tnow, x) } \
-  :: atomic { faults < FAULTS && QUIET && ABLE(x) && conn[x] && !zkstall && binfl[x] == B_NONE && \
-              wpend[x] == 0 && (st[x] == LEADER || st[x] == QUEUED) -> faults++; \
+  :: atomic { faults < FAULTS && (QUIET || MIDOP(x)) && ABLE(x) && conn[x] && !zkstall && \
+              (st[x] == LEADER || st[x] == QUEUED) -> faults++; \
+       binfl[x] = B_NONE; \
+       if :: wpend[x] != 0 -> mbox = wpend[x]; wpend[x] = 0 :: else -> skip fi; \
        to_idle(x); if :: INQ(x) -> qremove(x) :: else -> skip fi; \
        printf("@@ t=%d replica %d: graceful restart: deleted own lock node, new session\n", tnow, x) } \
   :: atomic { sess[x] && sil[x] >= PLO && !zkstall -> sess[x] = 0; \

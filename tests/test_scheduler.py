@@ -644,3 +644,30 @@ def test_a_lapsed_lease_pauses_the_scheduler_and_the_next_renewal_resumes_it(
     finally:
         writer.token.cancel(CancelReason.SHUTDOWN)
         duty.join(5)
+
+
+def test_a_view_that_lags_zookeeper_never_assigns_a_topology_changed_since(
+    zk_client: KazooClient,
+) -> None:
+    """The daemon's view of /storms reads on a session of its own and may lag the leader's:
+    a topology killed (or changed) since the view read it must not get an assignment from
+    that view. The write checks the record's version in its own multi-op."""
+    _, writer = lead(zk_client, "leader:1")
+    zk_client.create(PATHS.supervisor("a"), sup("a", 3).SerializeToString(), ephemeral=True)
+    add_topology(writer, "wc", 2)
+    data, stat = zk_client.get(PATHS.storm("wc"))
+    frozen = {"wc": (records.StormBase.FromString(data), int(stat.version))}
+    killed = records.StormBase.FromString(data)
+    killed.status = records.KILLED
+    writer.set_record(PATHS.storm("wc"), killed, version=stat.version)  # unseen by the view
+    duty = SchedulerDuty(
+        zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0,
+        versioned_storms=lambda: dict(frozen),
+    )  # fmt: skip
+    assert duty.run_once() == []
+    assert placements(zk_client) == {}, "a killed topology was given workers"
+    frozen["wc"] = (killed, int(zk_client.exists(PATHS.storm("wc")).version))
+    add_topology(writer, "new", 1)
+    data, stat = zk_client.get(PATHS.storm("new"))
+    frozen["new"] = (records.StormBase.FromString(data), int(stat.version))
+    assert duty.run_once() == ["new: none -> [a-0]"], "a current view assigns as before"

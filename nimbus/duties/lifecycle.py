@@ -253,7 +253,7 @@ class LifecycleDuty:
             and now >= base.rebalance_until_ms
             and rebalance_done(base, self._assignment(topology_id))
         ):
-            self._finish_rebalance(topology_id)
+            self._finish_rebalance(topology_id, now)
             return f"{topology_id}: rebalanced"
         return None
 
@@ -291,9 +291,11 @@ class LifecycleDuty:
         except (NoNodeError, DecodeError):
             return None
 
-    def _finish_rebalance(self, topology_id: str) -> None:
+    def _finish_rebalance(self, topology_id: str, now: int) -> None:
         def change(base: records.StormBase) -> None:
-            if base.status == records.REBALANCING:
+            # Judged again on the record as read now: the view may hold an earlier
+            # rebalance, and a newer one must run its full wait.
+            if base.status == records.REBALANCING and now >= base.rebalance_until_ms:
                 base.status = base.status_before_rebalance or records.ACTIVE
                 base.rebalance_until_ms = 0
 

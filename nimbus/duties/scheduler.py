@@ -24,6 +24,7 @@ from cluster.api import records
 from cluster.paths import Paths, parse_worker_name
 from cluster.reads import read_storms, storm_readable
 from fencing import FencedWriter, WriteConflictError, run_duty
+from fencing.ops import Check
 from nimbus.duties.failure_log import FailureLog
 from nimbus.duties.planning import (
     SCHEDULED,
@@ -71,9 +72,14 @@ class SchedulerDuty:
         heartbeat_timeout: float,
         clock: Callable[[], float] = time.time,
         storms: Callable[[], dict[str, records.StormBase]] | None = None,
+        versioned_storms: Callable[[], dict[str, tuple[records.StormBase, int]]] | None = None,
         subscribe_storms: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
-        # ``storms`` is the daemon's watch-fed cache; tests read ZooKeeper directly.
+        # ``versioned_storms`` is the daemon's watch-fed cache, on a session of its own: it
+        # may lag this session, so every assignment written from it checks, in the same
+        # multi-op, that its topology's record is still the version it was decided on.
+        # ``storms``: a view without versions; tests read ZooKeeper directly.
+        self._versioned = versioned_storms
         self._storms = storms or (lambda: read_storms(self._client, self._paths))
         # With the daemon's cache, its change listener replaces a watch on /storms: a new
         # watch lists every topology (10,000 names) right when a new leader takes office.
@@ -124,7 +130,12 @@ class SchedulerDuty:
     def run_once(self) -> list[str]:
         """One pass; returns the changes made, in words."""
         now = self._now_ms()
-        storms = self._storms()
+        if self._versioned is not None:
+            view = self._versioned()
+            storms = {tid: base for tid, (base, _) in view.items()}
+            versions: dict[str, int] = {tid: version for tid, (_, version) in view.items()}
+        else:
+            storms, versions = self._storms(), {}
         stored = self._read_assignments()
         current = {tid: s.record for tid, s in stored.items() if s.record is not None}
         beats = self._read_heartbeats()
@@ -175,7 +186,9 @@ class SchedulerDuty:
         changes: list[str] = []
         for tid in sorted(scheduled):
             slots = result.assignments[tid]
-            change = self._write(tid, scheduled[tid], stored.get(tid), slots, now, tid in afresh)
+            change = self._write(
+                tid, scheduled[tid], stored.get(tid), slots, now, tid in afresh, versions.get(tid)
+            )
             if change:
                 changes.append(change)
         for tid in sorted(stored):
@@ -210,9 +223,11 @@ class SchedulerDuty:
         slots: list[records.SlotAssignment],
         now_ms: int,
         afresh: bool,
+        storm_version: int | None = None,
     ) -> str | None:
         """Write when placement or code changed; an afresh placement is always written,
-        so its newer ``assigned_ms`` shows the rebalance was acted on."""
+        so its newer ``assigned_ms`` shows the rebalance was acted on. With
+        ``storm_version``, only while the topology's record is still at it."""
         old = stored.record if stored is not None else None
         same = old is not None and same_slots(old.slots, slots) and old.digest == base.digest
         if same and not afresh:
@@ -223,11 +238,14 @@ class SchedulerDuty:
             topology_id=tid, slots=slots, digest=base.digest, assigned_ms=now_ms
         )
         path = self._paths.assignment(tid)
+        unchanged = (
+            [Check(self._paths.storm(tid), storm_version)] if storm_version is not None else []
+        )
         try:
             if stored is None:
-                self._writer.create_record(path, record)
+                self._writer.create_record(path, record, unchanged=unchanged)
             else:
-                self._writer.set_record(path, record, version=stored.version)
+                self._writer.set_record(path, record, version=stored.version, unchanged=unchanged)
         except WriteConflictError as e:
             log.info("assignment of %s changed under us, next pass: %s", tid, e)
             return None

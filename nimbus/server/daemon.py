@@ -21,6 +21,7 @@ from cluster.recordcache import RecordCache
 from cluster.security import client as client_security
 from cluster.security.zkauth import warn_if_open
 from cluster.server_move import ServerMover
+from cluster.session_pin import SessionPin
 from code_sync.duty import CodeMissingDuty
 from code_sync.peer import fetch_from_peer
 from code_sync.store import CodeStore
@@ -97,11 +98,13 @@ class NimbusDaemon:
         # Bulk reads get a session of their own. ZooKeeper answers one session's requests
         # in order and kazoo runs one session's callbacks on one thread: 10,000 record
         # reads on the election session put every step of a failover (the lock's watch,
-        # its listing, take-office) behind them. Only reads travel here, and every view
-        # fed by it may lag (as a watch-fed cache always could); fencing does not read it.
+        # its listing, take-office) behind them. Only reads travel here, on the election
+        # session's server (``SessionPin``); the view may lag by the events in flight, so
+        # the scheduler checks a record's version as it writes from it.
         self.bulk_client: KazooClient = make_kazoo_client(
             config.zookeeper, session_timeout=config.session_timeout, auth=self.security.zk_auth
         )
+        self.session_pin = SessionPin(self.client, self.bulk_client)
         self.cache = LeaderCache(self.client, self.paths)
         self.store = CodeStore(config.code_dir, max_package_bytes=config.max_package_bytes)
         self.storms = RecordCache(self.bulk_client, self.paths.storms, records.StormBase.FromString)
@@ -276,8 +279,11 @@ class NimbusDaemon:
         connect(self.client, self.config.zookeeper, self.config.connect_timeout)
         self._started.append(self._close_client)
         check_session_timeout(self.client, self.config.session_timeout)
+        self.session_pin.pin_now()  # the bulk session reads the history ours writes
         connect(self.bulk_client, self.config.zookeeper, self.config.connect_timeout)
         self._started.append(self._close_bulk_client)
+        self.session_pin.start()
+        self._started.append(self.session_pin.stop)
 
     def _stop_server_now(self) -> None:
         self.server.stop(0).wait(1)
@@ -314,6 +320,7 @@ class NimbusDaemon:
         self.health.refresh()
         self.registry.stop()
         self.server.stop(grace).wait(grace + 1)
+        self.session_pin.stop()
         self._close_client()
         self._close_bulk_client()
         if self._metrics_server is not None:
@@ -402,7 +409,7 @@ class NimbusDaemon:
             writer,
             interval=self.config.schedule_interval,
             heartbeat_timeout=self.config.heartbeat_timeout,
-            storms=self.storms.items,
+            versioned_storms=self.storms.versioned_items,
             subscribe_storms=self.storms.subscribe,
         ).start()
         if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
