@@ -21,6 +21,7 @@ replica and needs root; without it that fault is skipped and says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -207,6 +208,12 @@ def main() -> int:
         "--histories", type=Path, default=None, help="also save each fault's history here"
     )
     parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        default=None,
+        help="run the replicas in this directory and keep it (logs, code dirs) afterwards",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the other faults of an earlier chaos.json (and plot them from --histories)",
@@ -237,7 +244,13 @@ def main() -> int:
             saved = (args.histories or Path("/nonexistent")) / f"{name.replace('/', '_')}.json"
             if saved.exists():
                 results.append(load_result(saved))
-    with ZooKeeperCluster(size=3) as zk, tempfile.TemporaryDirectory(prefix="chaos-") as work:
+    with (
+        ZooKeeperCluster(size=3) as zk,
+        contextlib.nullcontext(str(args.keep_logs))
+        if args.keep_logs is not None
+        else tempfile.TemporaryDirectory(prefix="chaos-") as work,
+    ):
+        Path(work).mkdir(parents=True, exist_ok=True)
         for name in names:
             if FAULTS[name].needs_root and os.geteuid() != 0:
                 report["faults"][name] = {"skipped": "needs root (tmpfs code dirs)"}

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: How often a beat stuck in flight looks up to see whether it should stop waiting.
 _STUCK_POLL = 0.25
+#: A gap between two such looks longer than this is our own pause (SIGSTOP, a frozen VM,
+#: starvation), not the server's: the stall is timed afresh from the end of it.
+_OWN_PAUSE = 1.0
 
 BeatListener = Callable[[float, float], None]  # (sent, acknowledged), monotonic seconds
 
@@ -58,6 +61,8 @@ class Beater:
         self._on_lock_gone = on_lock_gone
         self._clock = clock
         self._listeners: list[BeatListener] = []
+        self._stall_after: float | None = None
+        self._on_stall: Callable[[float], object] | None = None
         self._one_at_a_time = threading.Lock()
         self._node: str | None = None  # the lock node our beat node was made for
         self._stop = threading.Event()
@@ -65,6 +70,12 @@ class Beater:
 
     def add_listener(self, listener: BeatListener) -> None:
         self._listeners.append(listener)
+
+    def on_stall(self, after: float, callback: Callable[[float], object]) -> None:
+        """Call ``callback(seconds)`` once per beat left unanswered for ``after`` seconds
+        on a connection that stays up (a server cut from its quorum holds writes without
+        closing the connection: moving elsewhere beats again, same session)."""
+        self._stall_after, self._on_stall = after, callback
 
     def start(self) -> None:
         self._thread.start()
@@ -113,10 +124,30 @@ class Beater:
             self._node = node
         sent = self._clock()
         pending = send_beat(self._client, self._paths, lock_node=node, owner=self._owner)
+        stalled_from = looked = sent
+        reported = False
         while not pending.ready():
             pending.wait(_STUCK_POLL)
             if self._stop.is_set():
                 return None
+            now = self._clock()
+            if now - looked > _OWN_PAUSE:
+                stalled_from = now  # we were paused, not the server
+            looked = now
+            stall = now - stalled_from
+            after, callback = self._stall_after, self._on_stall
+            if (
+                not reported
+                and callback is not None
+                and after is not None
+                and stall >= after
+                and self._client.state == KazooState.CONNECTED
+            ):
+                reported = True
+                try:
+                    callback(stall)
+                except Exception:  # a failed reaction must not stop the beats
+                    log.exception("reacting to a stalled beat failed")
         outcome = beat_outcome(pending, timeout=0)
         if outcome is BeatOutcome.OK:
             acked = self._clock()

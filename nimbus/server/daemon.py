@@ -176,6 +176,13 @@ class NimbusDaemon:
             on_stale_server=self.server_mover.move,
         )
         self.elector.beater.add_listener(self.silence.beat_acked)
+        # A beat unanswered for half the silence window on a live connection: our server
+        # holds writes (cut from its quorum, it keeps its clients for syncLimit). Moving
+        # at once beats again before the silence window ends, where the quorum is.
+        self.elector.beater.on_stall(
+            max(config.beats.silence_window / 2, 4 * config.beats.interval),
+            lambda stalled: self.server_mover.move(f"our beat unanswered for {stalled:.1f}s"),
+        )
         self.registry = Registry(
             self.client,
             self.paths,

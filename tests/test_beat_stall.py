@@ -1,0 +1,66 @@
+"""A replica whose ZooKeeper server holds its writes on a connection that stays up (a
+server frozen, or cut from its quorum, keeps its clients for syncLimit): its beater
+notices the beat unanswered and the replica moves to another server with the same
+session, and beats again there. Real 3-server ensemble; the follower is SIGSTOPped."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from kazoo.client import KazooClient
+
+from cluster.paths import Paths
+from cluster.server_move import Move, ServerMover, current_server
+from devtools.zkserver import ZooKeeperCluster
+from fencing import ensure_folders
+from fencing.lease import Lease
+from leader.heartbeat import Beater
+from tests.waiting import wait_until
+
+
+def test_a_beat_held_by_a_frozen_server_moves_the_replica_and_it_beats_again(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    zk = healthy_ensemble
+    follower = next(i for i in range(zk.size) if zk.node_mode(i) == "follower")
+    others = [i for i in range(zk.size) if i != follower]
+    hosts = ",".join(zk.node_connect_string(i) for i in [follower, *others])
+    client = KazooClient(hosts=hosts, timeout=10.0, randomize_hosts=False)
+    client.start(timeout=30)
+    paths = Paths(f"/stall-{uuid.uuid4().hex[:8]}")
+    ensure_folders(client, paths.folders())
+    lock_node = client.create(f"{paths.leader_lock}/r1__lock__", ephemeral=True, sequence=True)
+    acked: list[float] = []
+    moves: list[Move] = []
+    mover = ServerMover(client, min_interval=2.0, quarantine=30.0, on_move=moves.append)
+    gone = threading.Event()
+    beater = Beater(
+        client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
+        timeout=10.0, on_lock_gone=lambda _node: gone.set(),
+    )  # fmt: skip
+    beater.add_listener(lambda sent, _acked: acked.append(sent))
+    beater.on_stall(1.0, lambda stalled: mover.move(f"planted: beat held {stalled:.1f}s"))
+    session = client.client_id[0]
+    frozen = current_server(client)
+    beater.start()
+    try:
+        wait_until(lambda: len(acked) >= 3, timeout=20, message="beats acknowledged")
+        zk.pause(follower)
+        paused_at = time.monotonic()
+        wait_until(
+            lambda: any(sent > paused_at for sent in acked),
+            timeout=20,
+            message="a beat acknowledged after the server froze",
+        )
+        assert [m.suspect for m in moves] == [frozen], "moved once, off the frozen server"
+        assert current_server(client) not in (None, frozen)
+        assert client.client_id[0] == session, "the same session"
+        assert not gone.is_set(), "the lock node outlived the move"
+    finally:
+        beater.stop()
+        mover.stop()
+        zk.resume(follower)
+        client.stop()
+        client.close()
