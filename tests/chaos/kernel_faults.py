@@ -4,8 +4,11 @@ Each trial: wait for a healthy cluster and for the workload to be acknowledged, 
 one fault on the leader, hold it, undo it (restarting a killed replica), and wait until
 the cluster is healthy and acknowledging again. Per trial the report gives:
 
-- **failover**: from the fault to the first fenced write of the leader in office after it
-  (the ctime of the first ``/requests`` record of its epoch, written by ZooKeeper itself);
+- **failover**: from the fault to the take-office multi-op of the new leader (the ctime
+  ZooKeeper gave ``/epochs/<n>``); none when the leader stayed;
+- **resumed**: from the fault to the first fenced write of the leader in office after it
+  (the ctime of the first ``/requests`` record of its epoch after the fault), read as the
+  trial ends: the leader prunes old request records;
 - **unavailability**: the longest stretch without an acknowledged CLI change, from the
   last one before the fault to the first one after the fault was over (undone, and the
   leader in office writing again), as the users saw it;
@@ -41,7 +44,9 @@ class Trial:
     healed: float = 0.0
     epoch_after: int = 0
     failover_s: float | None = None
+    resumed_s: float | None = None
     unavailability_s: float | None = None
+    over: float = 0.0  # wall time the fault was over: undone, and the leader writing again
     failed: list[CliCall] = field(default_factory=list)
 
 
@@ -145,7 +150,18 @@ def run_trial(cluster: KernelCluster, workload: CliWorkload, fault: str) -> Tria
         cluster.spawn(leader)
     trial.epoch_after = cluster.wait_healthy(120)[1]
     wait_until(lambda: _acks_after(workload, trial.healed) >= 1, timeout=120, message="acks after")
+    if trial.epoch_after != epoch:
+        took = took_office_at(cluster, trial.epoch_after)
+        trial.failover_s = None if took is None else round(took - trial.start, 3)
+    write = first_write_of(cluster, trial.epoch_after, trial.start)
+    trial.resumed_s = None if write is None else round(write - trial.start, 3)
     return trial
+
+
+def took_office_at(cluster: KernelCluster, epoch: int) -> float | None:
+    """Wall time ZooKeeper created ``/epochs/<epoch>``: the take-office multi-op."""
+    stat = cluster.admin().exists(f"{ROOT}/epochs/{epoch}")
+    return None if stat is None else stat.ctime / 1000.0
 
 
 def first_write_of(cluster: KernelCluster, epoch: int, after: float) -> float | None:
@@ -172,11 +188,9 @@ def measure(cluster: KernelCluster, workload: CliWorkload, trials: list[Trial]) 
     starts = [t.start for t in trials]
     bounds = zip([float("-inf"), *starts[1:]], [*starts[1:], float("inf")], strict=True)
     for trial, (since, next_start) in zip(trials, bounds, strict=True):
-        write = first_write_of(cluster, trial.epoch_after, trial.start)
-        if write is not None:
-            trial.failover_s = write - trial.start
+        write = None if trial.resumed_s is None else trial.start + trial.resumed_s
         # The fault is over once undone and the leader in office writes again.
-        over = max(trial.healed, write or trial.healed)
+        over = trial.over = max(trial.healed, write or trial.healed)
         first = next((i for i, end in enumerate(acks) if end >= over), None)
         last = max((i for i, end in enumerate(acks) if end <= trial.start), default=None)
         if first is not None and last is not None:
@@ -184,6 +198,18 @@ def measure(cluster: KernelCluster, workload: CliWorkload, trials: list[Trial]) 
             trial.unavailability_s = max(b - a for a, b in itertools.pairwise(window))
         # Each failed call is counted once: in the trial whose window it ended in.
         trial.failed = [c for c in calls if not c.ok and since <= c.end < next_start]
+
+
+def quiet_gaps(workload: CliWorkload, trials: list[Trial]) -> list[float]:
+    """Gaps between consecutive acknowledged changes outside every fault (from a trial's
+    start to its ``over``): the workload's own cadence, to read the gaps under faults by."""
+    acks = sorted(c.end for c in workload.snapshot() if c.ok and c.op.mutating)
+    windows = [(t.start, t.over) for t in trials]
+    return [
+        b - a
+        for a, b in itertools.pairwise(acks)
+        if not any(a < end and b > start for start, end in windows)
+    ]
 
 
 def lost_or_duplicated(cluster: KernelCluster, workload: CliWorkload) -> list[str]:
