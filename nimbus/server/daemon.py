@@ -178,11 +178,15 @@ class NimbusDaemon:
         self.elector.beater.add_listener(self.silence.beat_acked)
         # A beat unanswered for half the silence window on a live connection: our server
         # holds writes (cut from its quorum, it keeps its clients for syncLimit). Moving
-        # at once beats again before the silence window ends, where the quorum is.
-        self.elector.beater.on_stall(
-            max(config.beats.silence_window / 2, 4 * config.beats.interval),
-            lambda stalled: self.server_mover.move(f"our beat unanswered for {stalled:.1f}s"),
-        )
+        # at once beats again before the silence window ends, where the quorum is. Only
+        # with a session long enough to find a working server after it: at T = 2 s a
+        # move during an ensemble-wide stall landed on a cut server and lost the session.
+        stall = max(config.beats.silence_window / 2, 4 * config.beats.interval)
+        if 4 * stall <= config.session_timeout:
+            self.elector.beater.on_stall(
+                stall,
+                lambda s: self.server_mover.move(f"our beat unanswered for {s:.1f}s"),
+            )
         self.registry = Registry(
             self.client,
             self.paths,
