@@ -25,11 +25,19 @@ def children_of(client: KazooClient, path: str) -> list[str]:
 
 def read_storms(client: KazooClient, paths: Paths) -> dict[str, records.StormBase]:
     """Every topology in ``/storms``; a damaged record is reported and skipped."""
-    storms: dict[str, records.StormBase] = {}
+    return {tid: base for tid, (base, _) in read_storms_versioned(client, paths).items()}
+
+
+def read_storms_versioned(
+    client: KazooClient, paths: Paths
+) -> dict[str, tuple[records.StormBase, int]]:
+    """``read_storms`` with each record's znode version (the shape of the record cache's
+    ``versioned_items``)."""
+    storms: dict[str, tuple[records.StormBase, int]] = {}
     for topology_id in children_of(client, paths.storms):
         try:
-            data, _ = client.get(paths.storm(topology_id))
-            storms[topology_id] = records.StormBase.FromString(data)
+            data, stat = client.get(paths.storm(topology_id))
+            storms[topology_id] = (records.StormBase.FromString(data), int(stat.version))
         except NoNodeError:
             continue
         except DecodeError:

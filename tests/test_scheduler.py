@@ -19,7 +19,7 @@ from kazoo.recipe.lock import Lock
 
 from cluster.api import records
 from cluster.paths import Paths, parse_worker_name, worker_name
-from cluster.reads import read_storms
+from cluster.reads import read_storms_versioned
 from fencing import (
     CancelReason,
     FencedWriter,
@@ -595,8 +595,8 @@ def test_a_topology_missing_from_a_stale_view_keeps_its_assignment_and_slots(
     zk_client.create(PATHS.supervisor("a"), sup("a", 3).SerializeToString(), ephemeral=True)
     hidden: set[str] = set()
 
-    def view() -> dict[str, records.StormBase]:
-        return {t: b for t, b in read_storms(zk_client, PATHS).items() if t not in hidden}
+    def view() -> dict[str, tuple[records.StormBase, int]]:
+        return {t: v for t, v in read_storms_versioned(zk_client, PATHS).items() if t not in hidden}
 
     duty = SchedulerDuty(
         zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0, storms=view
@@ -662,7 +662,7 @@ def test_a_view_that_lags_zookeeper_never_assigns_a_topology_changed_since(
     writer.set_record(PATHS.storm("wc"), killed, version=stat.version)  # unseen by the view
     duty = SchedulerDuty(
         zk_client, PATHS, writer, interval=0.2, heartbeat_timeout=30.0,
-        versioned_storms=lambda: dict(frozen),
+        storms=lambda: dict(frozen),
     )  # fmt: skip
     assert duty.run_once() == []
     assert placements(zk_client) == {}, "a killed topology was given workers"

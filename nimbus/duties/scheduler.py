@@ -22,7 +22,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from cluster.api import records
 from cluster.paths import Paths, parse_worker_name
-from cluster.reads import read_storms, storm_readable
+from cluster.reads import read_storms_versioned, storm_readable
 from fencing import FencedWriter, WriteConflictError, run_duty
 from fencing.ops import Check
 from nimbus.duties.failure_log import FailureLog
@@ -71,16 +71,14 @@ class SchedulerDuty:
         interval: float,
         heartbeat_timeout: float,
         clock: Callable[[], float] = time.time,
-        storms: Callable[[], dict[str, records.StormBase]] | None = None,
-        versioned_storms: Callable[[], dict[str, tuple[records.StormBase, int]]] | None = None,
+        storms: Callable[[], dict[str, tuple[records.StormBase, int]]] | None = None,
         subscribe_storms: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
-        # ``versioned_storms`` is the daemon's watch-fed cache, on a session of its own: it
-        # may lag this session, so every assignment written from it checks, in the same
-        # multi-op, that its topology's record is still the version it was decided on.
-        # ``storms``: a view without versions; tests read ZooKeeper directly.
-        self._versioned = versioned_storms
-        self._storms = storms or (lambda: read_storms(self._client, self._paths))
+        # ``storms`` (record, version) is the daemon's watch-fed cache, on a session of its
+        # own: it may lag this session, so every assignment written from it checks, in the
+        # same multi-op, that its topology's record is still the version it was decided
+        # on. Tests read ZooKeeper directly.
+        self._storms = storms or (lambda: read_storms_versioned(self._client, self._paths))
         # With the daemon's cache, its change listener replaces a watch on /storms: a new
         # watch lists every topology (10,000 names) right when a new leader takes office.
         self._subscribe_storms = subscribe_storms
@@ -130,12 +128,9 @@ class SchedulerDuty:
     def run_once(self) -> list[str]:
         """One pass; returns the changes made, in words."""
         now = self._now_ms()
-        if self._versioned is not None:
-            view = self._versioned()
-            storms = {tid: base for tid, (base, _) in view.items()}
-            versions: dict[str, int] = {tid: version for tid, (_, version) in view.items()}
-        else:
-            storms, versions = self._storms(), {}
+        view = self._storms()
+        storms = {tid: base for tid, (base, _) in view.items()}
+        versions = {tid: version for tid, (_, version) in view.items()}
         stored = self._read_assignments()
         current = {tid: s.record for tid, s in stored.items() if s.record is not None}
         beats = self._read_heartbeats()

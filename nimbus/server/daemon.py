@@ -420,7 +420,7 @@ class NimbusDaemon:
             writer,
             interval=self.config.schedule_interval,
             heartbeat_timeout=self.config.heartbeat_timeout,
-            versioned_storms=self.storms.versioned_items,
+            storms=self.storms.versioned_items,
             subscribe_storms=self.storms.subscribe,
         ).start()
         if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
