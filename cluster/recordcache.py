@@ -69,6 +69,7 @@ class RecordCache(Generic[M]):
         self._watches_lost = False  # a disconnect since the last full reload
         self._failed: set[str] = set()  # reads that failed on a dropped connection
         self._listeners: list[Callable[[], None]] = []
+        self._record_listeners: list[Callable[[M], None]] = []
         self._cversion = -1  # the folder's child version our ``_children`` reflect
         self._relist = False  # a listing failed on a connection that then came back
         self._listed_once = False  # the folder's first listing answered (records may follow)
@@ -88,6 +89,10 @@ class RecordCache(Generic[M]):
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Called after any record changes (from kazoo's event thread; must not block)."""
         self._listeners.append(callback)
+
+    def add_record_listener(self, callback: Callable[[M], None]) -> None:
+        """Called with each record as it is read (kazoo's event thread; must be quick)."""
+        self._record_listeners.append(callback)
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``add_listener`` for a while: returns the function that removes it again."""
@@ -300,6 +305,12 @@ class RecordCache(Generic[M]):
         self._pump()
         if failed:
             self._retry_soon()
+        if record is not None:
+            for seen in self._record_listeners:
+                try:
+                    seen(record)
+                except Exception:
+                    log.exception("record listener failed")
         if settled:  # one notification for a bulk load, not one per record
             self._notify()
 

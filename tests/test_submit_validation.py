@@ -9,6 +9,7 @@ nothing of a refused topology is written.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,53 @@ def test_the_submitted_config_reaches_build_and_changes_the_pipeline(
 
     assert shown("wide")["count"] == 3 and shown("wide")["split"] == 3
     assert shown("plain")["count"] == 2
+
+
+COUNTING_TOPOLOGY = b"""from pipeline.api import *
+
+
+def build(config):
+    with open(config["runs"], "a") as runs:  # one line per run of build(), i.e. per check
+        runs.write("built\\n")
+    b = TopologyBuilder()
+    b.set_spout("lines", FilesSpout("in"))
+    b.set_bolt("out", ConsoleSink()).shuffle_grouping("lines")
+    return b.build()
+"""
+
+
+def test_a_new_leader_trusts_the_check_a_former_leader_recorded(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """A package submitted again with the same config after a failover is not checked a
+    second time: every replica keeps the verdict recorded with the topology (its graph),
+    so the retried submit at a new leader is as quick as at the old one. The check is
+    counted by ``build()`` itself, which appends a line per run."""
+    replicas = [spawn(extra=sync_flags(min_replicas=2)) for _ in range(3)]
+    first = wait_for_agreed_leader(replicas, timeout=30)
+    runs = tmp_path / "runs.txt"
+    config = json.dumps({"runs": str(runs)})
+    package = make_package({"topology.py": COUNTING_TOPOLOGY}, tmp_path / "counting.zip")
+    seeds = ",".join(r.address for r in replicas)
+
+    def submitted(name: str) -> None:
+        done = cli("submit", str(package), "--name", name, "--config-json", config,
+                   "--seeds", seeds)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    submitted("once")
+    assert runs.read_text() == "built\n"
+    old = next(r for r in replicas if r.address == f"{first.host}:{first.port}")
+    old.stop(signal.SIGKILL)
+    survivors = [r for r in replicas if r is not old]
+    wait_for_agreed_leader(survivors, timeout=60, newer_than=first.epoch)
+    other = cli("submit", str(package), "--name", "again", "--config-json", config,
+                "--seeds", seeds)  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert runs.read_text() == "built\n", "the new leader ran the check again"
+    # A different config is a different topology: checked.
+    changed = json.dumps({"runs": str(runs), "other": 1})
+    third = cli("submit", str(package), "--name", "third", "--config-json", changed,
+                "--seeds", seeds)  # fmt: skip
+    assert third.returncode == 0, third.stderr
+    assert runs.read_text() == "built\nbuilt\n"

@@ -207,11 +207,13 @@ class NimbusDaemon:
             ],
             tls=self.security.tls,
         )
+        submitter = Submitter(self.client, config, self.store, current_writer=self._current_writer)
+        self.storms.add_record_listener(submitter.learn)  # verdicts of topologies seen
         api = DaemonTopologyApi(
             self.client,
             self.paths,
             self.store,
-            Submitter(self.client, config, self.store, current_writer=self._current_writer),
+            submitter,
             Lifecycle(self.client, self.paths, current_writer=self._current_writer),
         )
         rpc.add_NimbusServicer_to_server(
@@ -288,24 +290,16 @@ class NimbusDaemon:
 
     def _connect(self) -> None:
         connect(self.client, self.config.zookeeper, self.config.connect_timeout)
-        self._started.append(self._close_client)
+        self._started.append(lambda: _close(self.client))
         check_session_timeout(self.client, self.config.session_timeout)
         self.session_pin.pin_now()  # the bulk session reads the history ours writes
         connect(self.bulk_client, self.config.zookeeper, self.config.connect_timeout)
-        self._started.append(self._close_bulk_client)
+        self._started.append(lambda: _close(self.bulk_client))
         self.session_pin.start()
         self._started.append(self.session_pin.stop)
 
     def _stop_server_now(self) -> None:
         self.server.stop(0).wait(1)
-
-    def _close_client(self) -> None:
-        self.client.stop()
-        self.client.close()
-
-    def _close_bulk_client(self) -> None:
-        self.bulk_client.stop()
-        self.bulk_client.close()
 
     def _stop_started(self) -> None:
         """After a failed start: stop what did start, newest first, whatever each says."""
@@ -332,8 +326,8 @@ class NimbusDaemon:
         self.registry.stop()
         self.server.stop(grace).wait(grace + 1)
         self.session_pin.stop()
-        self._close_client()
-        self._close_bulk_client()
+        _close(self.client)
+        _close(self.bulk_client)
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.pod_labeler is not None:
@@ -446,3 +440,8 @@ class NimbusDaemon:
 
     def _on_state(self, state: str) -> None:
         self.health.refresh()
+
+
+def _close(client: KazooClient) -> None:
+    client.stop()
+    client.close()
