@@ -10,7 +10,9 @@ list and the connection is dropped, so kazoo reconnects elsewhere with the same 
 and password, and the session, its watches' paths and its own lock node survive. The
 suspect is left out for ``quarantine`` seconds, then the full list is back for later
 reconnects. At most one move per ``min_interval`` (P): a wrong accusation costs one
-reconnect, never a storm of them.
+reconnect, never a storm of them. Given a ``probe``, only servers that open a new session
+at once (``cluster.quorum_probe``: they reach their quorum and have seen our zxid) are
+moved to; none answering means the whole ensemble stalls, and the replica stays.
 
 kazoo has no public "reconnect elsewhere": the drop uses its own test hook
 (``_CONNECTION_DROP``), and the current server is read from its connection's socket.
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
+
+from cluster.quorum_probe import Probe
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,7 @@ class ServerMover:
         quarantine: float,
         on_move: Callable[[Move], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        probe: Probe | None = None,
     ) -> None:
         self._client = client
         self._hosts: list[tuple[str, int]] = list(client.hosts)
@@ -81,6 +86,7 @@ class ServerMover:
         self._quarantine = quarantine
         self._on_move = on_move
         self._clock = clock
+        self._probe = probe
         self._guard = threading.Lock()
         self._last: float | None = None
         self._restore: threading.Timer | None = None
@@ -108,6 +114,16 @@ class ServerMover:
                     why,
                 )
                 return None
+            if self._probe is not None:
+                others = self._probe(others)
+                if not others:
+                    log.warning(
+                        "our ZooKeeper server %s looks behind its quorum (%s), but no other "
+                        "server opens a session either: the ensemble stalls; staying",
+                        server,
+                        why,
+                    )
+                    return None
             self._last = now
             move = Move(server, tuple(_host_port(h, p) for h, p in others), why)
             self._client.set_hosts(",".join(move.others) + self._chroot)

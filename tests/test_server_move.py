@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kazoo.client import KazooClient, KazooState
 
+from cluster.quorum_probe import probe_for, reaches_quorum, servers_reaching_quorum
 from cluster.server_move import Move, ServerMover, current_server
 from devtools.zkserver import ZooKeeperCluster
 from tests.waiting import wait_until
@@ -65,3 +66,57 @@ def test_not_connected_is_no_move(healthy_ensemble: ZooKeeperCluster) -> None:
     client = KazooClient(hosts=healthy_ensemble.connect_string)  # never started
     assert current_server(client) is None
     assert ServerMover(client, min_interval=0.0, quarantine=1.0).move("planted") is None
+
+
+def _index_of(ensemble: ZooKeeperCluster, server: str) -> int:
+    return ensemble.client_ports.index(int(server.rsplit(":", 1)[1]))
+
+
+def test_the_probe_tells_a_server_that_reaches_its_quorum_from_one_that_stalls(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    leader = healthy_ensemble.leader_index()
+    follower, frozen = [i for i in range(3) if i != leader]  # a frozen leader stalls all
+    client = _client(healthy_ensemble.node_connect_string(follower))
+    try:
+        ports = healthy_ensemble.client_ports
+        assert reaches_quorum(client, "127.0.0.1", ports[follower], timeout=5.0)
+        healthy_ensemble.pause(frozen)
+        assert not reaches_quorum(client, "127.0.0.1", ports[frozen], timeout=0.5)
+        servers = [("127.0.0.1", ports[follower]), ("127.0.0.1", ports[frozen])]
+        assert servers_reaching_quorum(client, servers, timeout=2.0) == [servers[0]]
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_a_move_goes_only_to_a_server_that_opens_a_session(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    """Of the two other servers one is frozen: the move goes to the one that answers the
+    probe. With both frozen (the ensemble stalls for us) there is no move at all, where an
+    unprobed move would have gone to a frozen server and lost the session."""
+    client = _client(healthy_ensemble.connect_string)
+    mover = ServerMover(client, min_interval=0.0, quarantine=60.0, probe=probe_for(client, 4.0))
+    try:
+        before = current_server(client)
+        assert before is not None
+        mine = _index_of(healthy_ensemble, before)
+        # Freeze a follower: a frozen ZooKeeper leader would stall every server.
+        leader = healthy_ensemble.leader_index()
+        frozen, good = sorted((i for i in range(3) if i != mine), key=lambda i: i == leader)
+        healthy_ensemble.pause(frozen)
+        done = mover.move("planted: this server is accused")
+        assert done is not None
+        assert done.others == (f"127.0.0.1:{healthy_ensemble.client_ports[good]}",)
+        wait_until(
+            lambda: current_server(client) == done.others[0],
+            timeout=30,
+            message="reconnected to the server that answered",
+        )
+        healthy_ensemble.pause(mine)  # now both others of `good` are frozen
+        assert mover.move("planted again, the ensemble stalls") is None
+    finally:
+        mover.stop()
+        client.stop()
+        client.close()

@@ -17,6 +17,7 @@ from kazoo.client import KazooClient, KazooState
 from cluster.api import records, rpc
 from cluster.errors import ConfigError
 from cluster.factory import connect, make_grpc_server, make_kazoo_client
+from cluster.quorum_probe import probe_for
 from cluster.recordcache import RecordCache
 from cluster.security import client as client_security
 from cluster.security.zkauth import warn_if_open
@@ -163,6 +164,7 @@ class NimbusDaemon:
             min_interval=max(config.beats.silence_window, 1.0),
             quarantine=max(config.session_timeout, 10.0),
             on_move=lambda move: self.metrics.left_zookeeper_server(move.suspect),
+            probe=probe_for(self.client, config.session_timeout),
         )
         self.silence = SilenceWatch(
             self.client,
@@ -178,11 +180,10 @@ class NimbusDaemon:
         self.elector.beater.add_listener(self.silence.beat_acked)
         # A beat unanswered for half the silence window on a live connection: our server
         # holds writes (cut from its quorum, it keeps its clients for syncLimit). Moving
-        # at once beats again before the silence window ends, where the quorum is. Only
-        # with a session long enough to find a working server after it: at T = 2 s a
-        # move during an ensemble-wide stall landed on a cut server and lost the session.
+        # at once, to a server that opens a session now (probed), beats again before the
+        # silence window ends, with half the session left for the move.
         stall = max(config.beats.silence_window / 2, 4 * config.beats.interval)
-        if 4 * stall <= config.session_timeout:
+        if 2 * stall <= config.session_timeout:
             self.elector.beater.on_stall(
                 stall,
                 lambda s: self.server_mover.move(f"our beat unanswered for {s:.1f}s"),
