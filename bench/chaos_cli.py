@@ -33,6 +33,7 @@ from _common import REPO, machine_facts, percentile, print_table
 from devtools.netns import available
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
+from tests.chaos.kernel_ensemble import LeadershipPolls, Poll, double_claims, longest_leaderless
 from tests.chaos.kernel_faults import (
     FAULTS,
     Trial,
@@ -80,6 +81,16 @@ def summarize(trials: list[Trial]) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def epochs_backwards(rounds: list[Poll]) -> list[str]:
+    """Rounds whose highest claimed epoch is below one claimed in an earlier round."""
+    found, highest = [], 0
+    for p in rounds:
+        if p.claims and max(p.claims.values()) < highest:
+            found.append(f"at {p.at:.2f}: {p.claims} after epoch {highest}")
+        highest = max([highest, *p.claims.values()])
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one trial per fault")
@@ -109,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             path, _ = package(workdir, "bench")
             workload = CliWorkload(cluster.seeds, path, workers=2, run_id=uuid.uuid4().hex[:6])
             workload.start()
+            # Every replica asked at once, every 50 ms, whether it leads (issue 28).
+            polls = LeadershipPolls([r.address for r in cluster.replicas]).start()
             try:
                 for n in range(trials_per_fault):
                     for fault in faults:
@@ -117,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"trial {n + 1} {fault}: done", file=sys.stderr, flush=True)
             finally:
                 workload.stop()
+                polls.stop()
+            rounds = polls.rounds()
             measure(cluster, workload, trials)
             quiet = quiet_gaps(workload, trials)
             problems = lost_or_duplicated(cluster, workload)
@@ -163,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             for t in trials
         ],
         "failed_calls": sum(r["failed_calls"] for r in rows.values()),
+        "poll_rounds": len(rounds),
+        "double_claims": double_claims(rounds)[:10],
+        "epochs_backwards": epochs_backwards(rounds)[:10],
+        "longest_leaderless_s": round(longest_leaderless(rounds), 2),
         "lost_or_duplicated": problems,
         "failed_examples": [
             f"{c.op.value} {c.name}: {c.stderr[-200:]}" for t in trials for c in t.failed
@@ -180,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             + f"\n\ncalls: {len(calls)}, lost or duplicated: {problems or 'none'}, "
             f"S1 from the transaction log: {len(s1)} violation(s); the workload's own gaps "
             f"between acknowledged changes away from the faults: p50 {figures['quiet_gap_p50_s']}"
-            f" / p99 {figures['quiet_gap_p99_s']} / max {figures['quiet_gap_max_s']} s\n"
+            f" / p99 {figures['quiet_gap_p99_s']} / max {figures['quiet_gap_max_s']} s; "
+            f"{len(rounds)} rounds of leadership polls (every replica every 50 ms): "
+            f"{len(double_claims(rounds))} with two claiming, "
+            f"{len(epochs_backwards(rounds))} with a claimed epoch going backwards\n"
             "\nfailover: the fault to the new leader's take-office (ZooKeeper's ctime of "
             "/epochs/<n>); resumed: to the first fenced write after the fault; unavail: the "
             "longest gap between acknowledged CLI changes across the fault; excess: unavail "
