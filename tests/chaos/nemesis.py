@@ -69,6 +69,9 @@ class Nemesis:
 
     def trial(self, kind: FaultKind, trial: int, recover_timeout: float = 60.0) -> Fault:
         """Inject ``kind`` once on a healthy cluster, undo it, wait for recovery."""
+        # A whole ensemble first: a server cut and healed by the trial before may still be
+        # rejoining, and cutting another then takes the quorum (two faults, not one).
+        self.cluster.zk.heal(recover_timeout)
         before = self.cluster.wait_healthy(recover_timeout)
         self._wait_writes_after(self.history.now(), 2, recover_timeout)
         fault = Fault(kind.name, trial, start=0.0, epoch_before=before.epoch)
