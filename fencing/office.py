@@ -1,8 +1,18 @@
 """Taking office: the one multi-op that turns a lock winner into the leader of a new epoch.
 
 ``check(own lock node)`` + ``set /leader-epoch (n+1, expected version)`` (or create it)
-+ ``create /epochs/<n+1>``, all or nothing. The epoch is the fencing token shown to
-clients and stamped into every record the leader writes.
++ ``create /epochs/<n+1>`` + "the last term's lock node is gone", all or nothing. The
+epoch is the fencing token shown to clients and stamped into every record the leader
+writes.
+
+The last check is there because winning the lock is decided from one server's listing.
+A server that diverged from its quorum (seen in the chaos soak with the ZooKeeper leader
+cut from its peers: one replica's server no longer had the lock node of a term its
+quorum still held, ZOOKEEPER-4837/-5010's class) let a replica win while the holder
+before it still held the lock: two terms at once, and writes of the older one landed in
+the newer. ``/leader-epoch`` names the last term's lock node; creating and deleting that
+path in the multi-op fails (NodeExists) unless the quorum has it gone, and in a correct
+history it is always gone by the time a later node wins.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from kazoo.interfaces import IAsyncResult
 from cluster.api import records
 from cluster.paths import Paths
 from fencing import txn
-from fencing.errors import NotLeaderError, WriteConflictError
+from fencing.errors import ConflictReason, NotLeaderError, WriteConflictError
 from fencing.ops import Check, Create, Delete, Op, SetData
 from fencing.writer import FencedWriter
 
@@ -99,6 +109,9 @@ def take_office(
             write,
             Create(paths.epoch(epoch), history),
         ]
+        last_term = current.lock_node if current is not None else ""
+        if last_term and last_term != lock_node:
+            ops += [Create(last_term, b""), Delete(last_term)]  # absent at the quorum
         if beat is not None and beat_read is not None:
             # Created here if the beater has not yet: a concurrent create loses the race
             # as a conflict, and the next attempt sets it.
@@ -116,6 +129,13 @@ def take_office(
         if index == 0:
             raise NotLeaderError(
                 f"cannot take office: own lock node {lock_node} is gone"
+            ) from error
+        if ops[index] == Create(last_term, b""):
+            raise WriteConflictError(
+                f"cannot take office: the last term's lock node {last_term} is still held "
+                "(our ZooKeeper server showed it gone: it is behind or diverged)",
+                path=last_term,
+                reason=ConflictReason.EXISTS,
             ) from error
         last_error = txn.conflict_for(ops[index], error)
         last_error.__cause__ = error

@@ -365,3 +365,30 @@ def test_ops_are_plain_values() -> None:
     assert SetData("/a", b"x", 3) == SetData("/a", b"x", 3)
     different: list[object] = [Check("/a"), Delete("/a")]
     assert different[0] != different[1]
+
+
+def test_take_office_refuses_while_the_last_terms_lock_node_is_held(
+    zk_client: KazooClient,
+) -> None:
+    """A server that diverged from its quorum can show a replica the lock won while the
+    last term's holder still holds it (seen in the chaos soak: two terms at once). The
+    take-office multi-op checks at the quorum that the last term's lock node is gone."""
+    first_lock, first = _lead(zk_client, "a:1")
+    # Planted: a second lock node that "won" on a stale view, the first still held.
+    second = zk_client.create(
+        f"{ROOT}/leader-lock/stale-view-__lock__", b"b:2", ephemeral=True, sequence=True
+    )
+    with pytest.raises(WriteConflictError, match="still held"):
+        take_office(
+            zk_client, Paths(ROOT), lock_node=second, holder="b:2", now_ms=_now_ms, timeout=5
+        )
+    current, _ = read_leader_epoch(zk_client, Paths(ROOT))
+    assert current is not None and current.epoch == first.epoch, "no second term began"
+    assert zk_client.exists(first.lock_node) is not None
+    # Once the last term's node is gone, the same replica takes office as usual.
+    first_lock.release()
+    epoch = take_office(
+        zk_client, Paths(ROOT), lock_node=second, holder="b:2", now_ms=_now_ms, timeout=5
+    )
+    assert epoch == first.epoch + 1
+    assert zk_client.exists(first.lock_node) is None, "the check leaves nothing behind"
