@@ -110,7 +110,8 @@ def take_office(
             Create(paths.epoch(epoch), history),
         ]
         last_term = current.lock_node if current is not None else ""
-        if last_term and last_term != lock_node:
+        same_queue = last_term.rpartition("/")[0] == lock_node.rpartition("/")[0]
+        if last_term and last_term != lock_node and same_queue:  # another queue: not ours
             ops += [Create(last_term, b""), Delete(last_term)]  # absent at the quorum
         if beat is not None and beat_read is not None:
             # Created here if the beater has not yet: a concurrent create loses the race

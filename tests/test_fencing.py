@@ -392,3 +392,17 @@ def test_take_office_refuses_while_the_last_terms_lock_node_is_held(
     )
     assert epoch == first.epoch + 1
     assert zk_client.exists(first.lock_node) is None, "the check leaves nothing behind"
+
+
+def test_a_last_term_in_another_queue_does_not_block_taking_office(
+    zk_client: KazooClient,
+) -> None:
+    """A ``/leader-epoch`` naming a lock node outside our queue (a lock folder since moved)
+    is no term of this queue: checking that path would fail for ever on its missing
+    parent and leave the cluster without a leader."""
+    lock, token = _lead(zk_client, "a:1")
+    record = records.LeaderEpoch(epoch=token.epoch, holder="old:1", lock_node="/gone/x")
+    zk_client.set(f"{ROOT}/leader-epoch", record.SerializeToString())
+    lock.release()
+    _, again = _lead(zk_client, "b:2")
+    assert again.epoch == token.epoch + 1
