@@ -211,7 +211,7 @@ def main() -> int:
         "--keep-logs",
         type=Path,
         default=None,
-        help="run the replicas in this directory and keep it (logs, code dirs) afterwards",
+        help="run the replicas in this directory and keep it (logs, code dirs, ZooKeeper data) afterwards",
     )
     parser.add_argument(
         "--merge",
@@ -245,7 +245,10 @@ def main() -> int:
             if saved.exists():
                 results.append(load_result(saved))
     with (
-        ZooKeeperCluster(size=3) as zk,
+        # With --keep-logs the servers' data (transaction logs) is kept too, for forensics.
+        ZooKeeperCluster(
+            size=3, base_dir=args.keep_logs / "zookeeper" if args.keep_logs else None
+        ) as zk,
         contextlib.nullcontext(str(args.keep_logs))
         if args.keep_logs is not None
         else tempfile.TemporaryDirectory(prefix="chaos-") as work,
