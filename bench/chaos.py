@@ -211,7 +211,7 @@ def main() -> int:
         "--keep-logs",
         type=Path,
         default=None,
-        help="run the replicas in this directory and keep it (logs, code dirs, ZooKeeper data) afterwards",
+        help="run the replicas here and keep it (logs, code dirs, ZooKeeper data) afterwards",
     )
     parser.add_argument(
         "--merge",
