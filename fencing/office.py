@@ -110,9 +110,10 @@ def take_office(
             Create(paths.epoch(epoch), history),
         ]
         last_term = current.lock_node if current is not None else ""
-        same_queue = last_term.rpartition("/")[0] == lock_node.rpartition("/")[0]
-        if last_term and last_term != lock_node and same_queue:  # another queue: not ours
-            ops += [Create(last_term, b""), Delete(last_term)]  # absent at the quorum
+        absence_at = -1  # where the "last term's lock node is gone" ops start, if sent
+        if last_term and last_term != lock_node and _folder(last_term) == _folder(lock_node):
+            absence_at = len(ops)  # (a node of another folder is no term of this queue)
+            ops += [Create(last_term), Delete(last_term)]
         if beat is not None and beat_read is not None:
             # Created here if the beater has not yet: a concurrent create loses the race
             # as a conflict, and the next attempt sets it.
@@ -131,7 +132,7 @@ def take_office(
             raise NotLeaderError(
                 f"cannot take office: own lock node {lock_node} is gone"
             ) from error
-        if ops[index] == Create(last_term, b""):
+        if index == absence_at:
             raise WriteConflictError(
                 f"cannot take office: the last term's lock node {last_term} is still held "
                 "(our ZooKeeper server showed it gone: it is behind or diverged)",
@@ -156,3 +157,7 @@ def prune_epochs(writer: FencedWriter, client: KazooClient, paths: Paths, *, kee
         return 0
     writer.batch([Delete(paths.epoch(n)) for n in stale])
     return len(stale)
+
+
+def _folder(path: str) -> str:
+    return path.rpartition("/")[0]
