@@ -38,7 +38,7 @@ from fencing import (
     stamp_epoch,
 )
 from nimbus.duties.planning import kill_due, rebalance_done
-from nimbus.duties.requests import recall, remember
+from nimbus.duties.requests import recall_confirmed, remember
 from nimbus.duties.sweeper import sweep
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class Lifecycle:
         check_name(name)
         check_request_id(request_id)
         for _ in range(ATTEMPTS):
-            first = recall(self._client, self._paths, request_id)
+            first = recall_confirmed(self._client, self._paths, writer, request_id)
             if first is not None:
                 return self._answer(first.topology_id, first.epoch)
             topology_id, base, version = self._read(name)

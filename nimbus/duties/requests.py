@@ -5,10 +5,16 @@ multi-op that changes the topology, so "done" and "remembered" cannot come apart
 retry after a failover (the client did not see the answer) finds the record and gets
 the first outcome, and the work is done once. Failed calls change nothing and are not
 remembered; retrying them is safe.
+
+A record is read from the replica's own ZooKeeper server, which may show one the quorum
+lacks (a server that came back from a partition with a dirty tree, ZOOKEEPER-4837/-5010
+class). So a recalled record is an answer only once a fenced check at the quorum finds it
+too (``recall_confirmed``): an acknowledgement rests on the quorum, never on one server.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from google.protobuf.message import DecodeError
@@ -18,7 +24,10 @@ from kazoo.exceptions import NoNodeError
 from cluster.api import records
 from cluster.names import check_request_id
 from cluster.paths import Paths
-from fencing import Create
+from cluster.server_move import current_server
+from fencing import Check, ConflictReason, Create, FencedWriter, WriteConflictError
+
+log = logging.getLogger(__name__)
 
 
 def recall(client: KazooClient, paths: Paths, request_id: str) -> records.RequestOutcome | None:
@@ -32,6 +41,32 @@ def recall(client: KazooClient, paths: Paths, request_id: str) -> records.Reques
         return records.RequestOutcome.FromString(data)
     except DecodeError:
         return None
+
+
+def recall_confirmed(
+    client: KazooClient, paths: Paths, writer: FencedWriter, request_id: str
+) -> records.RequestOutcome | None:
+    """``recall``, then the record's existence proved at the quorum by a fenced check (one
+    multi-op the ZooKeeper leader answers). A record this server shows and the quorum
+    lacks is no outcome: logged with the server, and the caller does the work itself.
+    Raises what ``FencedWriter.batch`` raises (``WriteOutcomeUnknown`` when the quorum
+    cannot be asked), never answering from the local read alone."""
+    outcome = recall(client, paths, request_id)
+    if outcome is None:
+        return None
+    try:
+        writer.batch([Check(paths.request(request_id))])
+    except WriteConflictError as e:
+        if e.reason != ConflictReason.NO_NODE:
+            raise
+        log.warning(
+            "ZooKeeper server %s shows request record %s that the quorum lacks: "
+            "not answering from it",
+            current_server(client),
+            request_id,
+        )
+        return None
+    return outcome
 
 
 def remember(

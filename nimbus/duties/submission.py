@@ -47,7 +47,7 @@ from nimbus.duties.package_check import (
     PackageInvalid,
     check_package,
 )
-from nimbus.duties.requests import recall, remember
+from nimbus.duties.requests import recall_confirmed, remember
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Submitter:
         ) from cause
 
     def _replay(self, request_id: str, writer: FencedWriter) -> pb.SubmitTopologyResponse | None:
-        outcome = recall(self._client, self._paths, request_id)
+        outcome = recall_confirmed(self._client, self._paths, writer, request_id)
         if outcome is None:
             return None
         reply = pb.SubmitTopologyResponse(topology_id=outcome.topology_id, epoch=outcome.epoch)
