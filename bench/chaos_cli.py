@@ -23,7 +23,9 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 import uuid
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,13 @@ from _common import REPO, machine_facts, percentile, print_table
 from devtools.netns import available
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
-from tests.chaos.kernel_ensemble import LeadershipPolls, Poll, double_claims, longest_leaderless
+from tests.chaos.kernel_ensemble import (
+    LeadershipPolls,
+    Poll,
+    double_claims,
+    leaderless,
+    longest_leaderless,
+)
 from tests.chaos.kernel_faults import (
     FAULTS,
     Trial,
@@ -91,6 +99,35 @@ def epochs_backwards(rounds: list[Poll]) -> list[str]:
     return found
 
 
+def explain_leaderless(
+    rounds: list[Poll], trials: list[Trial], wall_minus_mono: float, top: int = 5
+) -> list[dict[str, Any]]:
+    """The longest stretches with no replica claiming, each placed: seconds from the first
+    round, the trial under way (its fault, seconds since it began) or none, and how the
+    replicas answered in it (letters per replica: L, F, U unavailable, T timeout, E)."""
+    first = rounds[0].at if rounds else 0.0
+    placed = []
+    for since, to in sorted(leaderless(rounds), key=lambda s: s[0] - s[1])[:top]:
+        begin, end = since + wall_minus_mono, to + wall_minus_mono
+        overlaps = [t for t in trials if t.start <= end and begin <= max(t.over, t.healed)]
+        if overlaps:
+            during = f"{overlaps[-1].fault}, from {begin - overlaps[-1].start:+.1f} s of it"
+        elif not trials or end < trials[0].start:
+            during = "before the first trial"
+        else:
+            during = "between trials"
+        said = Counter(p.answers for p in rounds if since < p.at < to)
+        placed.append(
+            {
+                "seconds": round(to - since, 2),
+                "from_s": round(since - first, 1),
+                "trial": during,
+                "answers": dict(said.most_common(4)),
+            }
+        )
+    return placed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one trial per fault")
@@ -112,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
     trials: list[Trial] = []
+    wall_minus_mono = time.time() - time.monotonic()
     with tempfile.TemporaryDirectory(prefix="chaos-cli-") as work:
         workdir = Path(work)
         cluster = KernelCluster(workdir, session_timeout=args.session_timeout)
@@ -182,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "double_claims": double_claims(rounds)[:10],
         "epochs_backwards": epochs_backwards(rounds)[:10],
         "longest_leaderless_s": round(longest_leaderless(rounds), 2),
+        "leaderless_stretches": explain_leaderless(rounds, trials, wall_minus_mono),
         "lost_or_duplicated": problems,
         "failed_examples": [
             f"{c.op.value} {c.name}: {c.stderr[-200:]}" for t in trials for c in t.failed
@@ -202,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             f" / p99 {figures['quiet_gap_p99_s']} / max {figures['quiet_gap_max_s']} s; "
             f"{len(rounds)} rounds of leadership polls (every replica every 50 ms): "
             f"{len(double_claims(rounds))} with two claiming, "
-            f"{len(epochs_backwards(rounds))} with a claimed epoch going backwards\n"
+            f"{len(epochs_backwards(rounds))} with a claimed epoch going backwards; the "
+            f"longest stretches with no claim: {figures['leaderless_stretches']}\n"
             "\nfailover: the fault to the new leader's take-office (ZooKeeper's ctime of "
             "/epochs/<n>); resumed: to the first fenced write after the fault; unavail: the "
             "longest gap between acknowledged CLI changes across the fault; excess: unavail "

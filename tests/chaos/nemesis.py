@@ -197,14 +197,17 @@ def _zk_kill(role: str) -> Inject:
 ZK_PEER_CUT_ELECTION_S = 60.0
 
 
-def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+def zk_leader_ports_cut_one_way(n: Nemesis, f: Fault, leader: LeaderView) -> None:
     """The kernel drops every packet to or from the ZooKeeper leader server's quorum and
     election ports (its client port still answers) until the other servers have elected
-    a leader without it. A partial partition: the connections it opens to its peers'
-    election ports still work (all servers share 127.0.0.1, so only ports tell them
-    apart). The election waits out connection timeouts (about 25 s with ZooKeeper's
-    defaults), longer than the sessions, so the Nimbus replicas may queue again: the
-    target is that writes resume soon after the ensemble is whole again.
+    a leader without it. A partial, one-way partition: the connections it opens to its
+    peers' election ports still work (all servers share 127.0.0.1, so only ports tell
+    them apart). When the cut server has the highest id it keeps winning the elections
+    it can no longer lead (its votes get out, nobody can connect to it), so ZooKeeper's
+    own election takes 3-40 s (``bench/results/zk-one-way-election.md``), longer than
+    the sessions and the Nimbus replicas may queue again: the target is that writes
+    resume soon after the ensemble is whole again. ``zk-cut-leader-from-peers`` is the
+    whole cut of the same server.
 
     Found with it: ZooKeeper 3.9.5 can come out of this with a follower that keeps
     sessions and ephemeral nodes the leader does not have (see README, "Measured");
@@ -250,6 +253,12 @@ def _cut_from_peers(n: Nemesis, f: Fault, victim: int, role: str) -> None:
     finally:
         cut.heal()
         n.healed(f)
+
+
+def zk_cut_leader_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
+    """The ZooKeeper leader cut from its peers, whole, for 2T: no write commits until the
+    others notice (syncLimit) and elect, whoever is connected to it."""
+    _cut_from_peers(n, f, _zk_leader(n), "leader")
 
 
 def zk_cut_used_follower_from_peers(n: Nemesis, f: Fault, leader: LeaderView) -> None:
@@ -398,6 +407,9 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("zk-kill-follower", _zk_kill("follower"), "same-leader"),
         FaultKind("zk-kill-leader", _zk_kill("leader"), "same-leader"),
         FaultKind("zk-cut-leader-from-peers", zk_cut_leader_from_peers, "heal+2", needs_root=True),
+        FaultKind(
+            "zk-leader-ports-cut-one-way", zk_leader_ports_cut_one_way, "heal+2", needs_root=True
+        ),
         FaultKind(
             "zk-cut-used-follower-from-peers",
             zk_cut_used_follower_from_peers,
