@@ -107,6 +107,7 @@ class ZooKeeperCluster(Started):
         start_timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
         client_address: str = "127.0.0.1",
+        extra_config: tuple[str, ...] = (),
     ) -> None:
         """Describe the cluster; nothing starts before :meth:`start`.
 
@@ -117,6 +118,7 @@ class ZooKeeperCluster(Started):
         ``PATH`` and ``ZOOKEEPER_HOME`` are looked up, and the JVMs' environment.
         ``client_address`` is where client ports listen: ``0.0.0.0`` in a container, for
         clients in other containers (the connect string still names loopback).
+        ``extra_config``: ``key=value`` lines that override the project's settings.
         """
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
@@ -127,8 +129,9 @@ class ZooKeeperCluster(Started):
             raise ValueError("min_session_timeout_ms exceeds max_session_timeout_ms")
         self._size = size
         self._settings = ServerSettings(
-            tick_ms, min_session_ms, max_session_timeout_ms, force_sync, client_address
-        )
+            tick_ms, min_session_ms, max_session_timeout_ms, force_sync, client_address,
+            tuple(extra_config),
+        )  # fmt: skip
         self._base_dir_arg = base_dir
         self._first_client_port = first_client_port
         self._start_timeout = start_timeout

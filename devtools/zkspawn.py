@@ -210,6 +210,9 @@ class ServerSettings:
     max_session_ms: int
     force_sync: bool
     client_address: str
+    #: ``key=value`` lines after the project's own, which they override (the last of a
+    #: key wins): for a benchmark against ZooKeeper's defaults.
+    extra: tuple[str, ...] = ()
 
 
 def write_config(node: Node, ensemble: list[Node], settings: ServerSettings) -> None:
@@ -245,6 +248,12 @@ def write_config(node: Node, ensemble: list[Node], settings: ServerSettings) -> 
             # Send to the leader from a thread of its own, so a follower stuck writing
             # to a slow leader cannot hang and serve stale reads (ZOOKEEPER-4074).
             "learner.asyncSending=true",
+            # A follower gives up on a leader it cannot connect to within 2 s (by default
+            # initLimit, 10 s), and a leader on followers that do not come within 2 s
+            # (ZOOKEEPER-3769): a server elected but unreachable, as when its own ports
+            # are cut, holds the ensemble 2 s per round instead of 10.
+            f"connectToLearnerMasterLimit={max(2, -(-2_000 // tick))}",
+            "leader.maxTimeToWaitForEpoch=2000",
             # Compare each follower's data tree digest with the leader's: a server
             # whose tree diverged (stale ephemerals, ZOOKEEPER-5010) says so in its log.
             "digest.enabled=true",
@@ -253,6 +262,7 @@ def write_config(node: Node, ensemble: list[Node], settings: ServerSettings) -> 
         ]
         lines += [f"server.{n.myid}=127.0.0.1:{n.peer_port}:{n.election_port}" for n in ensemble]
         (node.data_dir / "myid").write_text(f"{node.myid}\n")
+    lines += settings.extra
     node.cfg_path.write_text("\n".join(lines) + "\n")
 
 
