@@ -204,7 +204,7 @@ def zk_leader_ports_cut_one_way(n: Nemesis, f: Fault, leader: LeaderView) -> Non
     peers' election ports still work (all servers share 127.0.0.1, so only ports tell
     them apart). When the cut server has the highest id it keeps winning the elections
     it can no longer lead (its votes get out, nobody can connect to it), so ZooKeeper's
-    own election takes 3-40 s (``bench/results/zk-one-way-election.md``), longer than
+    own election takes 3-40 s (``bench/results/zk-election.txt``), longer than
     the sessions and the Nimbus replicas may queue again: the target is that writes
     resume soon after the ensemble is whole again. ``zk-cut-leader-from-peers`` is the
     whole cut of the same server.
