@@ -248,12 +248,6 @@ def write_config(node: Node, ensemble: list[Node], settings: ServerSettings) -> 
             # Send to the leader from a thread of its own, so a follower stuck writing
             # to a slow leader cannot hang and serve stale reads (ZOOKEEPER-4074).
             "learner.asyncSending=true",
-            # A follower gives up on a leader it cannot connect to within 2 s (by default
-            # initLimit, 10 s), and a leader on followers that do not come within 2 s
-            # (ZOOKEEPER-3769): a server elected but unreachable, as when its own ports
-            # are cut, holds the ensemble 2 s per round instead of 10.
-            f"connectToLearnerMasterLimit={max(1, -(-2_000 // tick))}",
-            "leader.maxTimeToWaitForEpoch=2000",
             # Compare each follower's data tree digest with the leader's: a server
             # whose tree diverged (stale ephemerals, ZOOKEEPER-5010) says so in its log.
             "digest.enabled=true",

@@ -444,7 +444,4 @@ def test_the_ensemble_is_configured_against_zookeepers_own_faults(
     (sync_limit,) = [int(line.split("=")[1]) for line in lines if line.startswith("syncLimit=")]
     (tick,) = [int(line.split("=")[1]) for line in lines if line.startswith("tickTime=")]
     assert sync_limit * tick <= 3_000 or sync_limit == 3
-    (connect,) = [int(x.split("=")[1]) for x in lines if x.startswith("connectToLearnerMaster")]
-    assert connect * tick <= 2_000 or connect == 1, "an unreachable leader is given up in 2 s"
-    assert "leader.maxTimeToWaitForEpoch=2000" in lines
     assert all(srvr(port) for port in healthy_ensemble.client_ports), "every server serves"
