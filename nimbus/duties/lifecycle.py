@@ -38,7 +38,7 @@ from fencing import (
     stamp_epoch,
 )
 from nimbus.duties.planning import kill_due, rebalance_done
-from nimbus.duties.requests import recall_confirmed, remember
+from nimbus.duties.requests import OnDivergentServer, recall_confirmed, remember
 from nimbus.duties.sweeper import sweep
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,13 @@ class Lifecycle:
         *,
         current_writer: CurrentWriter,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        on_divergent_server: OnDivergentServer | None = None,
     ) -> None:
         self._client = client
         self._paths = paths
         self._current_writer = current_writer
         self._wall_ms = wall_ms
+        self._on_divergent = on_divergent_server
 
     # -- the calls ------------------------------------------------------------------------
 
@@ -132,7 +134,9 @@ class Lifecycle:
         check_name(name)
         check_request_id(request_id)
         for _ in range(ATTEMPTS):
-            first = recall_confirmed(self._client, self._paths, writer, request_id)
+            first = recall_confirmed(
+                self._client, self._paths, writer, request_id, self._on_divergent
+            )
             if first is not None:
                 return self._answer(first.topology_id, first.epoch)
             topology_id, base, version = self._read(name)

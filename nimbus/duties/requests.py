@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
@@ -43,14 +44,24 @@ def recall(client: KazooClient, paths: Paths, request_id: str) -> records.Reques
         return None
 
 
+#: Told why, when this replica's ZooKeeper server shows what its quorum lacks (the
+#: daemon moves to another server: ``cluster.server_move.ServerMover.move``).
+OnDivergentServer = Callable[[str], object]
+
+
 def recall_confirmed(
-    client: KazooClient, paths: Paths, writer: FencedWriter, request_id: str
+    client: KazooClient,
+    paths: Paths,
+    writer: FencedWriter,
+    request_id: str,
+    on_divergent: OnDivergentServer | None = None,
 ) -> records.RequestOutcome | None:
     """``recall``, then the record's existence proved at the quorum by a fenced check (one
     multi-op the ZooKeeper leader answers). A record this server shows and the quorum
-    lacks is no outcome: logged with the server, and the caller does the work itself.
-    Raises what ``FencedWriter.batch`` raises (``WriteOutcomeUnknown`` when the quorum
-    cannot be asked), never answering from the local read alone."""
+    lacks is no outcome: logged with the server, ``on_divergent`` told, and the caller
+    does the work itself. Raises what ``FencedWriter.batch`` raises
+    (``WriteOutcomeUnknown`` when the quorum cannot be asked), never answering from the
+    local read alone."""
     outcome = recall(client, paths, request_id)
     if outcome is None:
         return None
@@ -59,12 +70,10 @@ def recall_confirmed(
     except WriteConflictError as e:
         if e.reason != ConflictReason.NO_NODE:
             raise
-        log.warning(
-            "ZooKeeper server %s shows request record %s that the quorum lacks: "
-            "not answering from it",
-            current_server(client),
-            request_id,
-        )
+        why = f"request record {request_id} shown, the quorum lacks it"
+        log.warning("ZooKeeper server %s: %s; not answering from it", current_server(client), why)
+        if on_divergent is not None:
+            on_divergent(why)
         return None
     return outcome
 

@@ -47,7 +47,7 @@ from nimbus.duties.package_check import (
     PackageInvalid,
     check_package,
 )
-from nimbus.duties.requests import recall_confirmed, remember
+from nimbus.duties.requests import OnDivergentServer, recall_confirmed, remember
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,9 @@ class Submitter:
         *,
         current_writer: CurrentWriter,
         wall_s: Callable[[], float] = time.time,
+        on_divergent_server: OnDivergentServer | None = None,
     ) -> None:
+        self._on_divergent = on_divergent_server
         self._client = client
         self._config = config
         self._paths = config.paths
@@ -254,7 +256,9 @@ class Submitter:
         ) from cause
 
     def _replay(self, request_id: str, writer: FencedWriter) -> pb.SubmitTopologyResponse | None:
-        outcome = recall_confirmed(self._client, self._paths, writer, request_id)
+        outcome = recall_confirmed(
+            self._client, self._paths, writer, request_id, self._on_divergent
+        )
         if outcome is None:
             return None
         reply = pb.SubmitTopologyResponse(topology_id=outcome.topology_id, epoch=outcome.epoch)

@@ -208,15 +208,15 @@ class NimbusDaemon:
             ],
             tls=self.security.tls,
         )
-        submitter = Submitter(self.client, config, self.store, current_writer=self._current_writer)
-        self.storms.add_record_listener(submitter.learn)  # verdicts of topologies seen
-        api = DaemonTopologyApi(
-            self.client,
-            self.paths,
-            self.store,
-            submitter,
-            Lifecycle(self.client, self.paths, current_writer=self._current_writer),
+        writer, leave = self._current_writer, self.server_mover.move  # leave: it diverged
+        submitter = Submitter(
+            self.client, config, self.store, current_writer=writer, on_divergent_server=leave
         )
+        self.storms.add_record_listener(submitter.learn)  # verdicts of topologies seen
+        lifecycle = Lifecycle(
+            self.client, self.paths, current_writer=writer, on_divergent_server=leave
+        )
+        api = DaemonTopologyApi(self.client, self.paths, self.store, submitter, lifecycle)
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
                 replica_id=config.replica_id,
