@@ -32,7 +32,6 @@ from fencing import (
     NotLeaderError,
     Op,
     SetData,
-    VersionConflictError,
     WriteConflictError,
     run_duty,
     stamp_epoch,
@@ -158,14 +157,21 @@ class Lifecycle:
             ]
             try:
                 writer.batch(ops)
-            except VersionConflictError:
-                continue  # changed under us: nothing written, read again
-            except WriteConflictError:
-                continue  # the same request id landed concurrently: recall it
+            except WriteConflictError as e:
+                # Nothing written. Changed under us, the same request id landed at once,
+                # or our server is behind the quorum (it showed an old version, or no
+                # record): catch our server up on that path, then read or recall again.
+                self._client.sync(e.path)
+                continue
             return pb.TopologyActionResponse(
                 topology_id=topology_id, name=name, status=base.status, epoch=writer.token.epoch
             )
-        raise ApiError(grpc.StatusCode.ABORTED, f"{name} kept changing; try again")
+        # Every attempt was nothing written: a retry with this request id is safe.
+        raise ApiError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"{name} kept changing under this leader's reads ({ATTEMPTS} attempts, nothing "
+            "written); retry with the same request id",
+        )
 
     def _read(self, name: str) -> tuple[str, records.StormBase, int]:
         try:
