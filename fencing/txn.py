@@ -154,6 +154,19 @@ def wait(result: IAsyncResult, *, timeout: float) -> list[Any]:
     return results
 
 
+def exists_at_quorum(client: KazooClient, path: str, *, timeout: float) -> bool:
+    """Whether ZooKeeper's leader has ``path``: a transaction of one check, which the
+    leader answers, where a read is answered by our own server (behind its quorum, or
+    diverged from it, it may show a node the quorum lacks). Writes nothing.
+    ``WriteOutcomeUnknown`` when the connection dropped with it in flight."""
+    failure = first_failure(commit(client, [Check(path)], timeout=timeout))
+    if failure is None:
+        return True
+    if isinstance(failure[1], NoNodeError):
+        return False
+    raise failure[1]
+
+
 def first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
     """The index and error of the operation that aborted the transaction, if any.
 

@@ -24,6 +24,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
 from cluster.threads import guarded_thread
+from fencing import txn
 from fencing.beats import PreemptOutcome, preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
@@ -75,6 +76,9 @@ class SilenceWatch:
         self._link = PeerLink(self._poke, clock=clock)
         self._guard = threading.Lock()  # inputs come from kazoo's threads and the beater
         self._stale = True  # the target's beat node must be read again
+        # The target must be proved at the quorum (a new one, or after a reconnect: the
+        # server we came back to may show a node the quorum lacks, ZOOKEEPER-4837/-5010).
+        self._verify = True
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.last: Decision = Decision(Verdict.IDLE)  # for tests and logs
@@ -107,6 +111,7 @@ class SilenceWatch:
         with self._guard:
             self._machine.connection(state == KazooState.CONNECTED, self._clock())
             self._stale = True  # watches may have been lost with the session
+            self._verify = True
         self._wake.set()
 
     def _poke(self) -> None:
@@ -152,9 +157,16 @@ class SilenceWatch:
         with self._guard:
             if target != self._machine.target:
                 self._machine.watch(target, self._clock())
-                self._stale = True
+                self._stale = self._verify = True
             read = self._stale and target is not None
+            verify = self._verify and target is not None
             self._stale = False
+        if verify and target is not None:
+            # Not waiting a silence window behind a node only our server shows.
+            if not txn.exists_at_quorum(self._client, target, timeout=self._timeout):
+                self._accuse_our_server(target)
+            with self._guard:
+                self._verify = False
         address = self._address_of(target)
         self._link.follow(address)
         if read and target is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from cluster.paths import Paths
+from fencing import txn
 from fencing.beats import (
     BeatOutcome,
     PreemptOutcome,
@@ -119,3 +120,18 @@ def test_a_preemption_of_a_node_the_quorum_lacks_says_so(zk_client: KazooClient)
     assert preempt_beatless(zk_client, PATHS, lock_node=lock_node, epoch_version=0, timeout=5) is (
         PreemptOutcome.NODE_UNKNOWN
     )
+
+
+def test_the_quorum_is_asked_whether_a_node_exists_and_nothing_is_written(
+    zk_client: KazooClient,
+) -> None:
+    """What the silence watch asks of each new node in front of it, and after a
+    reconnect: the ZooKeeper leader's answer, not our server's."""
+    lock_node = _queued(zk_client, "a:1")
+    before = zk_client.exists(lock_node)
+    assert before is not None
+    assert txn.exists_at_quorum(zk_client, lock_node, timeout=5) is True
+    after = zk_client.exists(lock_node)
+    assert after is not None and after.mzxid == before.mzxid, "nothing written"
+    zk_client.delete(lock_node)
+    assert txn.exists_at_quorum(zk_client, lock_node, timeout=5) is False
