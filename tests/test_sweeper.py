@@ -5,7 +5,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from cluster.api import records
-from nimbus.duties.sweeper import IN_FLIGHT_GRACE_MS, orphan_trees, sweep
+from nimbus.duties.sweeper import IN_FLIGHT_GRACE_MS, orphan_trees, resurrected_attempts, sweep
 from tests.test_scheduler import PATHS, lead
 
 
@@ -46,3 +46,36 @@ def test_a_submission_in_flight_keeps_its_code_folder(zk_client: KazooClient) ->
     assert orphan_trees(zk_client, PATHS) == []
     assert sweep(zk_client, PATHS, writer) == []
     assert zk_client.get_children(PATHS.code_holders("inflight-1-1")) == ["leader:1", "peer:2"]
+
+
+def test_a_submit_attempt_zookeeper_brought_back_is_removed_and_the_acknowledged_kept(
+    zk_client: KazooClient,
+) -> None:
+    """Two records of one name from one submit request: the soak's one-way cut of the
+    ZooKeeper leader brought back a first attempt that was never committed (a snapshot
+    taken while that server led again), next to the retry the client was answered with.
+    The one the request's record names stays; the other goes, and the name follows."""
+    _, writer = lead(zk_client, "leader:1")
+    bases = {
+        tid: records.StormBase(name="wc", status=records.ACTIVE, client_request_id="r1")
+        for tid in ("wc-16-1", "wc-17-1")
+    }
+    for tid, base in bases.items():
+        writer.create_record(PATHS.storm(tid), base)
+    writer.create(PATHS.name("wc"), b"wc-16-1")  # the resurrected attempt's name node
+    answered = records.RequestOutcome(
+        request_id="r1", method="SubmitTopology", topology_id="wc-17-1"
+    )
+    writer.create(PATHS.request("r1"), answered.SerializeToString())
+    # Another pair whose request record is gone (pruned): no proof, both stay.
+    for tid in ("etl-1-1", "etl-2-1"):
+        base = records.StormBase(name="etl", status=records.ACTIVE, client_request_id="r2")
+        writer.create_record(PATHS.storm(tid), base)
+        bases[tid] = base
+
+    assert resurrected_attempts(zk_client, PATHS, bases) == [("wc-16-1", "wc-17-1")]
+    removed = sweep(zk_client, PATHS, writer, storms=bases)
+    assert removed == ["resurrected attempt wc-16-1 removed (wc-17-1 kept)"]
+    assert sorted(zk_client.get_children(PATHS.storms)) == ["etl-1-1", "etl-2-1", "wc-17-1"]
+    assert zk_client.get(PATHS.name("wc"))[0] == b"wc-17-1"
+    assert sweep(zk_client, PATHS, writer, storms=bases) == [], "nothing more to remove"

@@ -238,7 +238,8 @@ class LifecycleDuty:
     def run_once(self) -> list[str]:
         changes: list[str] = []
         now = self._wall_ms()
-        for topology_id, base in sorted(self._storms().items()):
+        storms = self._storms()
+        for topology_id, base in sorted(storms.items()):
             try:
                 change = self._step(topology_id, base, now)
             except NotLeaderError:
@@ -250,7 +251,7 @@ class LifecycleDuty:
                 changes.append(change)
         self._prune_requests()
         if self._passes % SWEEP_EVERY == 0:
-            changes += sweep(self._client, self._paths, self._writer, now_ms=now)
+            changes += sweep(self._client, self._paths, self._writer, now_ms=now, storms=storms)
         self._passes += 1
         return changes
 
