@@ -163,7 +163,7 @@ class SilenceWatch:
             self._stale = False
         if verify and target is not None:
             # Not waiting a silence window behind a node only our server shows.
-            if not txn.exists_at_quorum(self._client, target, timeout=self._timeout):
+            if not txn.exists_at_quorum(self._client, target, timeout=VERIFY_DEADLINE):
                 self._accuse_our_server(target)
             with self._guard:
                 self._verify = False

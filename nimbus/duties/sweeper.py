@@ -139,7 +139,7 @@ def sweep(
     for topology_id, acked in resurrected_attempts(client, paths, storms or {}):
         try:
             _remove_resurrected(client, paths, writer, topology_id, acked)
-        except (WriteConflictError, NoNodeError) as e:
+        except (WriteConflictError, NoNodeError, DecodeError) as e:
             log.info("could not remove resurrected %s yet: %s", topology_id, e)
             continue
         log.warning(
