@@ -126,7 +126,8 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.SubmitTopologyResponse:
         if not self._elector.is_leader():
             return self._elsewhere(
-                context, lambda s, t, m: s.SubmitTopology(request_iterator, timeout=t, metadata=m)
+                context,
+                lambda s, t, m: s.SubmitTopology.future(request_iterator, timeout=t, metadata=m),
             )
         api = self._require_api(context, "SubmitTopology")
         return self._call(context, lambda: api.submit(request_iterator))
@@ -136,7 +137,7 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.TopologyActionResponse:
         if not self._elector.is_leader():
             return self._elsewhere(
-                context, lambda s, t, m: s.KillTopology(request, timeout=t, metadata=m)
+                context, lambda s, t, m: s.KillTopology.future(request, timeout=t, metadata=m)
             )
         api = self._require_api(context, "KillTopology")
         return self._call(context, lambda: api.kill(request))
@@ -146,7 +147,7 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.TopologyActionResponse:
         if not self._elector.is_leader():
             return self._elsewhere(
-                context, lambda s, t, m: s.ActivateTopology(request, timeout=t, metadata=m)
+                context, lambda s, t, m: s.ActivateTopology.future(request, timeout=t, metadata=m)
             )
         api = self._require_api(context, "ActivateTopology")
         return self._call(context, lambda: api.activate(request))
@@ -156,7 +157,7 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.TopologyActionResponse:
         if not self._elector.is_leader():
             return self._elsewhere(
-                context, lambda s, t, m: s.DeactivateTopology(request, timeout=t, metadata=m)
+                context, lambda s, t, m: s.DeactivateTopology.future(request, timeout=t, metadata=m)
             )
         api = self._require_api(context, "DeactivateTopology")
         return self._call(context, lambda: api.deactivate(request))
@@ -166,7 +167,7 @@ class NimbusServicer(rpc.NimbusServicer):
     ) -> pb.TopologyActionResponse:
         if not self._elector.is_leader():
             return self._elsewhere(
-                context, lambda s, t, m: s.RebalanceTopology(request, timeout=t, metadata=m)
+                context, lambda s, t, m: s.RebalanceTopology.future(request, timeout=t, metadata=m)
             )
         api = self._require_api(context, "RebalanceTopology")
         return self._call(context, lambda: api.rebalance(request))
