@@ -61,7 +61,9 @@ def make_kazoo_client(
 
 #: A peer that does not answer an HTTP/2 PING within this long (frozen, black-holed) has
 #: its connection closed and its calls failed UNAVAILABLE: a client moves on in about
-#: KEEPALIVE_TIME + KEEPALIVE_TIMEOUT instead of waiting for the call's deadline.
+#: KEEPALIVE_TIME + KEEPALIVE_TIMEOUT instead of waiting for the call's deadline. grpcio
+#: 1.85 times a ping out after ``grpc.http2.ping_timeout_ms`` (a minute by default), not
+#: ``grpc.keepalive_timeout_ms``, so both are set (``tests/test_factory.py``).
 KEEPALIVE_TIME_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 1000
 #: A connection attempt that gets no answer (a SYN dropped) gives up after this long, so a
@@ -103,6 +105,7 @@ def channel_options() -> list[tuple[str, Any]]:
         *_message_options(),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.min_reconnect_backoff_ms", low),
@@ -124,6 +127,7 @@ def server_options() -> list[tuple[str, Any]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_time_ms", 10_000),  # the server's own pings: find dead clients
         ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.http2.ping_timeout_ms", 5_000),
     ]
 
 
