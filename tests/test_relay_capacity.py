@@ -1,11 +1,10 @@
 """A follower relaying calls to a frozen leader still answers who leads.
 
-Found by ``bench/chaos_cli.py`` at T = 20 s: for 42 s after the leader was frozen no
-replica answered ``GetLeaderAddress`` as the leader within 1 s, while the CLI's own calls
-got through. Clients that could not reach the frozen leader sent their calls through a
-follower; each relay held one of the follower's gRPC threads for the call's whole
-deadline (30 s for a change), even once the client had given up and cancelled, so the
-follower, soon the new leader, had no thread left for discovery.
+Clients that cannot reach the leader send their calls through a follower. Each relay
+held one of the follower's gRPC threads for the call's whole deadline (30 s for a
+change), even once its client had given up and cancelled; with the leader frozen, a
+handful of clients took every thread, and the follower, soon the new leader, answered
+no ``GetLeaderAddress`` within a poller's 1 s.
 
 Real replicas, a real SIGSTOP. Silence preemption is off and T is long, so the frozen
 leader stays the leader the followers relay to for the whole test.

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from cluster.api import pb, rpc
+from cluster.factory import channel_options
 from devtools.netns import LoopbackPortCut
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos.cli_workload import CliCall, CliWorkload
@@ -123,8 +124,13 @@ class LeadershipPolls(Loops):
         self, addresses: Sequence[str], interval: float = 0.05, timeout: float = 1.0
     ) -> None:
         super().__init__(self._run, [0], name="leadership-polls", join_s=30)  # one thread
-        # Reconnect within a fraction of a second, not gRPC's default of up to two minutes.
-        options = [("grpc.initial_reconnect_backoff_ms", 100),
+        # Keepalive as the project's clients have it: a connection that lived through a
+        # partition of its replica stalls after the heal for as long as TCP's
+        # retransmission backoff (up to 2 min; 43 s seen, a replica "not answering" long
+        # after it served the CLI again); only an unanswered PING ends it. Then reconnect
+        # within a fraction of a second, not gRPC's default of up to two minutes.
+        options = [*(o for o in channel_options() if "reconnect_backoff" not in o[0]),
+                   ("grpc.initial_reconnect_backoff_ms", 100),
                    ("grpc.min_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 500)]  # fmt: skip
         self._channels = [grpc.insecure_channel(a, options=options) for a in addresses]
