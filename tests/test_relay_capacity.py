@@ -61,17 +61,6 @@ def relayed(stub: rpc.NimbusStub, n: int, timeout: float = 25.0) -> list[Any]:
     ]
 
 
-def busy(stub: rpc.NimbusStub) -> bool:
-    """Whether one more relayed call is turned away at once for want of a relay slot."""
-    try:
-        stub.DeactivateTopology(
-            pb.TopologyNameRequest(name="t", client_request_id="probe"), timeout=0.5, metadata=RELAY
-        )
-    except grpc.RpcError as e:
-        return bool(e.code() == grpc.StatusCode.UNAVAILABLE and "relaying" in (e.details() or ""))
-    return False
-
-
 def test_relays_stuck_on_a_frozen_leader_leave_discovery_answering(
     frozen: tuple[Replica, Replica],
 ) -> None:
@@ -105,15 +94,22 @@ class _StuckLeader(rpc.NimbusServicer):
     the relay's own cancel can end the call it holds."""
 
     def __init__(self) -> None:
-        self.entered = threading.Event()
+        self.entered = 0
+        self.entering = threading.Condition()
         self.cancelled = threading.Event()
         self.release = threading.Event()
+
+    def wait_entered(self, n: int, timeout: float = 10.0) -> bool:
+        with self.entering:
+            return self.entering.wait_for(lambda: self.entered >= n, timeout)
 
     def DeactivateTopology(
         self, request: pb.TopologyNameRequest, context: grpc.ServicerContext
     ) -> pb.TopologyActionResponse:
         context.add_callback(self.cancelled.set)
-        self.entered.set()
+        with self.entering:
+            self.entered += 1
+            self.entering.notify_all()
         self.release.wait(60)
         return pb.TopologyActionResponse(name=request.name)
 
@@ -132,7 +128,9 @@ class _Follower(rpc.NimbusServicer):
         )
 
 
-def test_a_relay_ends_when_its_client_gives_up() -> None:
+@pytest.fixture
+def stuck() -> Iterator[tuple[_StuckLeader, rpc.NimbusStub]]:
+    """A stuck leader, and a stub of a follower that relays to it (in-process servers)."""
     leader = _StuckLeader()  # type: ignore[abstract]
     leader_server, leader_port = make_grpc_server("127.0.0.1:0")
     rpc.add_NimbusServicer_to_server(leader, leader_server)
@@ -144,14 +142,40 @@ def test_a_relay_ends_when_its_client_gives_up() -> None:
     follower_server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{follower_port}")
     try:
-        call = relayed(rpc.NimbusStub(channel), 1)[0]
-        assert leader.entered.wait(10), "the relay never reached the leader"
-        call.cancel()
-        # Cancelled with its client's call, not held to its 25 s deadline.
-        assert leader.cancelled.wait(10), "the relay still waits on the leader"
+        yield leader, rpc.NimbusStub(channel)
     finally:
         leader.release.set()
         channel.close()
         forwarder.close()
         follower_server.stop(0)
         leader_server.stop(0)
+
+
+def test_a_relay_ends_when_its_client_gives_up(
+    stuck: tuple[_StuckLeader, rpc.NimbusStub],
+) -> None:
+    leader, stub = stuck
+    call = relayed(stub, 1)[0]
+    assert leader.wait_entered(1), "the relay never reached the leader"
+    call.cancel()
+    # Cancelled with its client's call, not held to its 25 s deadline.
+    assert leader.cancelled.wait(10), "the relay still waits on the leader"
+
+
+def test_relays_beyond_the_slots_are_turned_away_at_once(
+    stuck: tuple[_StuckLeader, rpc.NimbusStub],
+) -> None:
+    leader, stub = stuck
+    held = relayed(stub, FORWARD_SLOTS)
+    try:
+        assert leader.wait_entered(FORWARD_SLOTS), "the relays never reached the leader"
+        more = relayed(stub, 3)
+        for f in more:
+            with pytest.raises(grpc.RpcError) as turned:
+                f.result(timeout=10)
+            assert turned.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "relaying" in (turned.value.details() or "")
+        assert leader.entered == FORWARD_SLOTS
+    finally:
+        for f in held:
+            f.cancel()
