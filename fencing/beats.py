@@ -26,6 +26,23 @@ from fencing import txn
 from fencing.membership import ensure_folders
 from fencing.ops import Check, Create, Delete, Op, SetData
 
+#: A beat node's data: the owner's address, then the claim it announces, in milliseconds.
+_LEASE_KEY = b" lease_ms="
+
+
+def beat_data(owner: str, lease: float) -> bytes:
+    """What one beat writes: its owner and the claim it announces (``leader.beat_lease``)."""
+    return owner.encode() + _LEASE_KEY + str(max(1, round(lease * 1000))).encode()
+
+
+def announced_lease(data: bytes) -> float | None:
+    """The claim a beat announced, in seconds; None when it announced none (a replica of
+    an older release, whose fixed lease P was checked against) or the data is damaged."""
+    _, key, value = data.rpartition(_LEASE_KEY)
+    if not key or not value.isdigit():
+        return None
+    return int(value) / 1000
+
 
 class BeatOutcome(enum.Enum):
     """What one beat did; only ``LOCK_GONE`` says anything about the term."""
@@ -61,13 +78,13 @@ def _preempt_outcome(ops: list[Op], results: list[Any]) -> PreemptOutcome:
 
 
 def create_beat(
-    client: KazooClient, paths: Paths, *, lock_node: str, owner: str, timeout: float
+    client: KazooClient, paths: Paths, *, lock_node: str, data: bytes, timeout: float
 ) -> BeatOutcome:
     """Create the (ephemeral) beat node of ``lock_node``; OK when it exists already.
 
     ``WriteOutcomeUnknown`` when the connection dropped with it in flight.
     """
-    beat = Create(paths.beat(lock_node), owner.encode(), ephemeral=True)
+    beat = Create(paths.beat(lock_node), data, ephemeral=True)
     ops: list[Op] = [Check(lock_node, -1), beat]
     for _ in range(2):
         failure = txn.first_failure(txn.commit(client, ops, timeout=timeout))
@@ -84,9 +101,9 @@ def create_beat(
     raise txn.conflict_for(ops[1], NoNodeError())
 
 
-def send_beat(client: KazooClient, paths: Paths, *, lock_node: str, owner: str) -> IAsyncResult:
+def send_beat(client: KazooClient, paths: Paths, *, lock_node: str, data: bytes) -> IAsyncResult:
     """Queue one beat without waiting; ``beat_outcome`` classifies its result."""
-    return txn.send(client, [Check(lock_node, -1), SetData(paths.beat(lock_node), owner.encode())])
+    return txn.send(client, [Check(lock_node, -1), SetData(paths.beat(lock_node), data)])
 
 
 def beat_outcome(result: IAsyncResult, *, timeout: float) -> BeatOutcome:

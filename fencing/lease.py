@@ -30,20 +30,32 @@ class Lease:
         self.duration = duration
         self._clock = clock
         self._renewed_at: float | None = None
+        self._ends_at: float | None = None
         self._lock = threading.Lock()
 
-    def renew(self, sent_at: float) -> None:
-        """Renew from a round trip that *started* at ``sent_at`` (the conservative end)."""
+    def renew(self, sent_at: float, duration: float | None = None) -> None:
+        """Renew from a round trip that *started* at ``sent_at`` (the conservative end),
+        for ``duration`` (default: the lease's own). A renewal never shortens the lease:
+        a beat that announced a long lease stays valid when a later one announces less."""
+        end = sent_at + (self.duration if duration is None else duration)
         with self._lock:
             if self._renewed_at is None or sent_at > self._renewed_at:
                 self._renewed_at = sent_at
+            if self._ends_at is None or end > self._ends_at:
+                self._ends_at = end
 
     def expire(self) -> None:
         with self._lock:
-            self._renewed_at = None
+            self._renewed_at = self._ends_at = None
 
     def valid(self) -> bool:
-        return self.age() < self.duration
+        return self.remaining() > 0
+
+    def remaining(self) -> float:
+        """Seconds left (0 when lapsed or never renewed)."""
+        with self._lock:
+            ends = self._ends_at
+        return 0.0 if ends is None else max(0.0, ends - self._clock())
 
     def age(self) -> float:
         """Seconds since the last renewal (infinite when never renewed)."""
@@ -88,7 +100,9 @@ class Heartbeat:
         """One round trip; True (and the lease renewed) when ZooKeeper answered."""
         sent = self._clock()
         try:
-            self._client.exists_async(self._path).get(timeout=self._interval * 2)
+            # As long as the lease: the read queues behind the session's writes in flight
+            # (one session is answered in order), which a slow disk holds for seconds.
+            self._client.exists_async(self._path).get(timeout=self._lease.duration)
         except Exception:  # any failure simply does not renew
             return False
         self._lease.renew(sent)

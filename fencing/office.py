@@ -75,14 +75,17 @@ def take_office(
     now_ms: Callable[[], int],
     timeout: float,
     beat: str | None = None,
+    beat_data: bytes | None = None,
 ) -> int:
     """Become leader of a new epoch; returns the epoch number.
 
     Raises ``NotLeaderError`` when the lock node is gone (nothing written). The epoch
     is one above both ``/leader-epoch`` and the highest ``/epochs`` entry, so it only
     ever grows even if the record was damaged. With ``beat`` (the lock node's beat node)
-    the multi-op also writes it: taking office is the term's first beat.
+    the multi-op also writes it (``beat_data``, the claim it announces): taking office is
+    the term's first beat.
     """
+    data = holder.encode() if beat_data is None else beat_data
     last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
         # The reads go out together: one round trip before the multi-op, not three.
@@ -118,11 +121,7 @@ def take_office(
             # Created here if the beater has not yet: a concurrent create loses the race
             # as a conflict, and the next attempt sets it.
             there = beat_read.get() is not None
-            ops.append(
-                SetData(beat, holder.encode())
-                if there
-                else Create(beat, holder.encode(), ephemeral=True)
-            )
+            ops.append(SetData(beat, data) if there else Create(beat, data, ephemeral=True))
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)
         if failure is None:

@@ -13,9 +13,9 @@ what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
    epoch. Otherwise queue again.
 
 While queued or leading, the beater (``leader.heartbeat``) beats our lock node every H;
-taking office is the first beat. We claim leadership only while the last acknowledged
-beat was sent less than L ago (``claim``); the read lease (``lease``, 2/3 T) stays for
-freshness and readiness, which a follower needs without leading.
+taking office is the first beat. We claim leadership only while an acknowledged beat's
+announced claim lasts (``claim``; ``leader.beat_lease``); the read lease (``lease``,
+2/3 T) stays for freshness and readiness, which a follower needs without leading.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class Elector:
         on_deposed: Deposed | None = None,
         leader_hint: Callable[[], str | None] | None = None,
         taking_office: Callable[[bool], None] | None = None,
+        on_stale_server: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
@@ -83,6 +84,10 @@ class Elector:
         # Told True on winning the lock and False once in office (or not): background work
         # can step aside for the few round trips that decide how long there is no leader.
         self._taking_office = taking_office or (lambda _on: None)
+        # Told when we won the lock on our server's view but the quorum refused the office:
+        # our server is behind or diverged, and queueing on it again would only loop.
+        self._on_stale_server = on_stale_server or (lambda _why: None)
+        self._queued_at = float("-inf")
         self._wall_ms = wall_ms
         self._clock = clock
         self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
@@ -103,6 +108,7 @@ class Elector:
         self._epoch = 0
         self._history = History()
         self._running = True
+        # The session of the current (or, while disconnected, the last) connection.
         self._session: int | None = None  # captured on CONNECTED (see ``_on_state``)
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
         self.beater = Beater(
@@ -122,11 +128,8 @@ class Elector:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Graceful hand-over: cancel the token, delete our lock node, stop the thread.
-
-        Deleting the node (instead of waiting for the session to expire) lets the next
-        replica in the queue win within one ZooKeeper round trip.
-        """
+        """Graceful hand-over: cancel the token, delete our lock node (the next replica wins
+        within one round trip), stop the thread."""
         self._stopping.set()
         self._wake.set()
         with self._lock_guard:
@@ -208,10 +211,8 @@ class Elector:
                     self._note(f"cycle interrupted by ZooKeeper: {type(e).__name__}")
                     self._stopping.wait(0.1)
                 except Exception as e:
-                    # Anything else (a code store that cannot read its disk, a damaged
-                    # record): end the term and leave the queue, so another replica can
-                    # lead, then queue again after a pause. Dying here would keep our
-                    # lock node, and with it every other replica, waiting forever.
+                    # Anything else (a disk, a damaged record): end the term and leave the
+                    # queue, or our lock node would keep every other replica waiting.
                     log.exception("%s: elector error", self._s.replica_id)
                     self._note(f"elector error, left the queue: {type(e).__name__}: {e}")
                     self._abandon_term(f"{type(e).__name__}: {e}")
@@ -243,11 +244,16 @@ class Elector:
         own = Membership(self._client, self._s.replica_id, timeout=self._s.session_timeout)
         for name in own.drop_session_nodes(self._paths.leader_lock):
             self._note(f"dropped our own leftover lock node {name}")
+        # At most one queue attempt per REQUEUE_BACKOFF: every attempt fires the watch of
+        # every replica behind us, and one that keeps failing must not spin.
+        if self._stopping.wait(max(0.0, self._queued_at + REQUEUE_BACKOFF - self._clock())):
+            return
         lock = Lock(self._client, self._paths.leader_lock, identifier=self._s.replica_id)
         with self._lock_guard:
             if self._stopping.is_set():
                 return
             self._lock = lock
+        self._queued_at = self._clock()
         self._note("queued for leadership")
         try:
             lock.acquire()
@@ -272,6 +278,7 @@ class Elector:
             self._release(lock)
             return None
         sent = self._clock()
+        lease, beat = self.beater.announce()
         try:
             epoch = take_office(
                 self._client,
@@ -281,28 +288,31 @@ class Elector:
                 now_ms=self._wall_ms,
                 timeout=self._s.session_timeout,
                 beat=self._paths.beat(lock_node),
+                beat_data=beat,
             )
         except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown) as e:
             # Never keep the lock without the office: the queue behind would wait on us.
             self._note(f"could not take office: {e}")
             self._release(lock)
+            if not isinstance(e, WriteOutcomeUnknown):
+                # We won on our server's view and the quorum says otherwise.
+                self._on_stale_server(f"won the lock but could not take office: {e}")
             return None
         except KazooException:
-            # A read failed (connection trouble). Forget this lock without a release
-            # (kazoo's would retry, blocking, until the link is back); the next cycle
-            # drops its node first if the session survived, so nobody waits behind it.
+            # A read failed. Forget this lock without kazoo's release (it blocks until the
+            # link is back); the next cycle drops its node first if the session survived.
             lock.is_acquired = False
             with self._lock_guard:
                 if self._lock is lock:
                     self._lock = None
             raise
-        self.claim.renew(sent)  # the take-office multi-op is the term's first beat
+        self.claim.renew(sent, lease)  # the take-office multi-op is the term's first beat
         self._epoch = epoch
         self._note(f"took office, epoch {epoch}")
         return epoch
 
     def _serve(self, lock: Lock, lock_node: str, epoch: int) -> None:
-        session = self._session_id()
+        session = self._session
         resumed = False
         while True:
             token = LeadershipToken(lock_node, epoch)
@@ -324,7 +334,7 @@ class Elector:
                 # The leases lapsed with the connection: renew them before handing out the
                 # writer, or the first writes of the resumed term would be refused.
                 self._heartbeat.beat()
-                self.beater.beat_now(wait=self._s.beats.leader_lease)
+                self.beater.beat_now(wait=max(self.claim.duration, 3 * self.beater.latency()))
             else:
                 try:
                     prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
@@ -363,16 +373,14 @@ class Elector:
     def _term_survived(self, lock: Lock, lock_node: str, session: int | None, epoch: int) -> bool:
         """After a dropped connection: True to resume the term; False once it ended (the
         lock is then released). A ZooKeeper error while checking is more connection
-        trouble, not an ended term nor missing code: wait for the connection and check
-        again, keeping the lock node, so a flapping link or a lost ZooKeeper node does
-        not hand leadership over (and the lock node is never left behind unreleased)."""
+        trouble: wait for the connection and check again, keeping the lock node."""
         while True:
             if not self._wait_connected():
                 return False
             try:
                 verdict = judge_term(
                     self._client, self._paths, lock_node=lock_node, epoch=epoch,
-                    session_now=self._session_id(), session_then=session, gate=self._gate,
+                    session_now=self._session, session_then=session, gate=self._gate,
                 )  # fmt: skip
             except KazooException as e:
                 self._note(f"checking the term after reconnecting failed: {type(e).__name__}")
@@ -431,10 +439,6 @@ class Elector:
             if self._connected.wait(0.2):
                 return True
         return False
-
-    def _session_id(self) -> int | None:
-        """The session of the current (or, while disconnected, the last) connection."""
-        return self._session
 
     def _lock_gone(self, lock_node: str) -> None:
         """A beat found our lock node gone (the beater's thread)."""

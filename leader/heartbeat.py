@@ -1,40 +1,68 @@
-"""The beater: every H, one beat of our own lock node, one in flight at a time.
+"""The beater: every H, one beat of our own lock node, pipelined.
 
-A beat waits for its reply before the next is sent. A replica whose replies are lost (its
-requests still reach ZooKeeper) thus stops beating at ZooKeeper too, instead of beating on
-for the seconds kazoo needs to notice: the successor sees the silence it should see.
+A beat does not wait for the reply of the one before: under a slow ZooKeeper (an fsync of
+0.45-2 s) the beats keep arriving, and each carries the claim its sender announces for it,
+which grows with the latency the beats observe (``leader.beat_lease``). An acknowledged
+beat renews the claim lease from the time it was *sent*, for what it announced, and is
+reported to listeners (the silence watch counts our own beats).
 
-An acknowledged beat renews the claim lease (``fencing.lease.Lease`` of duration L) from
-the time it was *sent*, and is reported to listeners (the silence watch counts our own
-beats). A beat that finds our lock node gone tells the elector: the only beat outcome
+Beats stay in flight only so long (``PIPELINE_FLOOR``, or three times the latency
+remembered, if longer): a replica whose replies are lost (its requests still reach
+ZooKeeper) soon stops beating at ZooKeeper too, so the replica behind sees the silence it
+should see. A beat that finds our lock node gone tells the elector: the only beat outcome
 that ends a term.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
+from kazoo.interfaces import IAsyncResult
 
 from cluster.paths import Paths
 from cluster.threads import guarded_thread
-from fencing.beats import BeatOutcome, beat_outcome, create_beat, drop_beat, send_beat
+from fencing.beats import BeatOutcome, beat_data, beat_outcome, create_beat, drop_beat, send_beat
 from fencing.errors import FencingError
 from fencing.lease import Lease
+from leader.beat_lease import BeatLease
+from leader.settings import LEASE_PER_LATENCY, PIPELINE_FLOOR
 
 log = logging.getLogger(__name__)
 
-#: How often a beat stuck in flight looks up to see whether it should stop waiting.
-_STUCK_POLL = 0.25
-#: A gap between two such looks longer than this is our own pause (SIGSTOP, a frozen VM,
-#: starvation), not the server's: the stall is timed afresh from the end of it.
+#: A gap between two turns of the beater longer than this is our own pause (SIGSTOP, a
+#: frozen VM, starvation), not the server's: a stall is timed afresh from the end of it.
 _OWN_PAUSE = 1.0
+#: Beats in flight at most, whatever their age.
+MAX_IN_FLIGHT = 64
 
-BeatListener = Callable[[float, float], None]  # (sent, acknowledged), monotonic seconds
+
+@dataclass(frozen=True)
+class BeatAck:
+    """One of our beats, acknowledged: monotonic send and reply times, and the claim (in
+    seconds from ``sent``) it announced."""
+
+    sent: float
+    acked: float
+    lease: float
+
+
+BeatListener = Callable[[BeatAck], None]
+
+
+@dataclass
+class _InFlight:
+    node: str
+    sent: float
+    lease: float
+    result: IAsyncResult
+    settled: bool = field(default=False)
 
 
 class Beater:
@@ -49,121 +77,197 @@ class Beater:
         interval: float,
         timeout: float,
         on_lock_gone: Callable[[str], None],
+        ceiling: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._paths = paths
         self._owner = owner
         self._own_node = own_node
-        self._lease = lease
+        self._claim = lease
         self._interval = interval
         self._timeout = timeout
         self._on_lock_gone = on_lock_gone
         self._clock = clock
+        # The claim never outlasts the read lease it is checked with (2/3 T): longer would
+        # only make the replica behind wait on a leader that cannot claim anyway.
+        top = max(lease.duration, timeout * 2 / 3 if ceiling is None else ceiling)
+        self._meter = BeatLease(base=lease.duration, ceiling=top)
         self._listeners: list[BeatListener] = []
-        self._stall_after: float | None = None
+        self._stall_after: Callable[[], float] | None = None
         self._on_stall: Callable[[float], object] | None = None
-        self._one_at_a_time = threading.Lock()
+        self._guard = threading.RLock()  # sends and settlements, from the loop or beat_now
+        self._flight: list[_InFlight] = []
+        self._answered: queue.SimpleQueue[_InFlight] = queue.SimpleQueue()
         self._node: str | None = None  # the lock node our beat node was made for
+        self._stall_from = float("-inf")  # no stall counts from before our own pause
+        self._stall_reported = False
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = guarded_thread("beater", self._run, self._stop, backoff=0.2)
 
     def add_listener(self, listener: BeatListener) -> None:
         self._listeners.append(listener)
 
-    def on_stall(self, after: float, callback: Callable[[float], object]) -> None:
-        """Call ``callback(seconds)`` once per beat left unanswered for ``after`` seconds
-        on a connection that stays up (a server cut from its quorum holds writes without
-        closing the connection: moving elsewhere beats again, same session)."""
+    def on_stall(self, after: Callable[[], float], callback: Callable[[float], object]) -> None:
+        """Call ``callback(seconds)`` once per stall: the oldest beat in flight unanswered
+        for ``after()`` seconds on a connection that stays up (a server cut from its quorum
+        holds writes without closing the connection: moving elsewhere beats again, same
+        session)."""
         self._stall_after, self._on_stall = after, callback
+
+    def latency(self) -> float:
+        """The latency our beats observe: the longest round trip of the last few seconds,
+        or the wait of the oldest beat in flight, if longer."""
+        with self._guard:
+            return self._meter.latency(self._clock())
+
+    def announce(self) -> tuple[float, bytes]:
+        """For a beat written elsewhere (take-office, the term's first beat): the claim it
+        announces from now, and the beat node data that says so. The caller renews the
+        claim with it once that write is acknowledged."""
+        with self._guard:
+            now = self._clock()
+            lease = self._meter.announce(now)
+            self._meter.answered(now, None)  # not ours to time
+            return lease, beat_data(self._owner, lease)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
     def beat_now(self, wait: float) -> BeatOutcome | None:
-        """One beat at once (after a resumed term); None when there is nothing to beat or
-        a beat still in flight holds the turn for longer than ``wait``."""
-        if not self._one_at_a_time.acquire(timeout=wait):
+        """One beat at once (after a resumed term), waiting up to ``wait`` for its reply;
+        None when there is nothing to beat or no reply came in time."""
+        with self._guard:
+            beat = self._send()
+        if beat is None or not beat.result.wait(wait):
             return None
-        try:
-            return self._beat_locked()
-        finally:
-            self._one_at_a_time.release()
+        return self._settle(beat)
+
+    # -- the loop -------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_at = self._clock()
-        while not self._stop.wait(max(0.0, next_at - self._clock())):
-            next_at = self._clock() + self._interval
-            try:
-                self._beat_once()
-            except (KazooException, FencingError) as e:
-                log.debug("beat failed: %s", e)  # connection trouble: the lease says it
+        next_at = looked = self._clock()
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, next_at - self._clock()))
+            self._wake.clear()
+            now = self._clock()
+            if now - looked > _OWN_PAUSE:
+                self._stall_from = now  # we were paused, not the server
+            looked = now
+            while not self._answered.empty():
+                self._settle(self._answered.get())
+            self._look_for_stall(now)
+            if now >= next_at:
+                next_at = now + self._interval
+                try:
+                    with self._guard:
+                        self._send()
+                except (KazooException, FencingError) as e:
+                    log.debug("beat failed: %s", e)  # connection trouble: the lease says it
 
-    def _beat_once(self) -> BeatOutcome | None:
-        with self._one_at_a_time:
-            return self._beat_locked()
-
-    def _beat_locked(self) -> BeatOutcome | None:
+    def _send(self) -> _InFlight | None:
+        """Send one beat if there is a node to beat and room in flight (under the guard)."""
         node = self._own_node()
         if node != self._node:
             self._switch(node)
         if node is None or self._client.state != KazooState.CONNECTED:
             return None
+        now = self._clock()
+        if self._flight and (
+            len(self._flight) >= MAX_IN_FLIGHT
+            or self._meter.oldest_in_flight_age(now) >= self._pipeline_limit(now)
+        ):
+            return None
         if self._node is None:
-            if create_beat(
-                self._client, self._paths, lock_node=node, owner=self._owner,
-                timeout=self._timeout,
-            ) is BeatOutcome.LOCK_GONE:  # fmt: skip
+            created = create_beat(
+                self._client, self._paths, lock_node=node,
+                data=beat_data(self._owner, self._meter.base), timeout=self._timeout,
+            )  # fmt: skip
+            if created is BeatOutcome.LOCK_GONE:
                 self._on_lock_gone(node)
-                return BeatOutcome.LOCK_GONE
-            self._node = node
-        sent = self._clock()
-        pending = send_beat(self._client, self._paths, lock_node=node, owner=self._owner)
-        stalled_from = looked = sent
-        reported = False
-        while not pending.ready():
-            pending.wait(_STUCK_POLL)
-            if self._stop.is_set():
                 return None
+            self._node = node
             now = self._clock()
-            if now - looked > _OWN_PAUSE:
-                stalled_from = now  # we were paused, not the server
-            looked = now
-            stall = now - stalled_from
-            after, callback = self._stall_after, self._on_stall
-            if (
-                not reported
-                and callback is not None
-                and after is not None
-                and stall >= after
-                and self._client.state == KazooState.CONNECTED
-            ):
-                reported = True
-                try:
-                    callback(stall)
-                except Exception:  # a failed reaction must not stop the beats
-                    log.exception("reacting to a stalled beat failed")
-        outcome = beat_outcome(pending, timeout=0)
-        if outcome is BeatOutcome.OK:
+        lease = self._meter.announce(now)
+        result = send_beat(
+            self._client, self._paths, lock_node=node, data=beat_data(self._owner, lease)
+        )
+        beat = _InFlight(node, now, lease, result)
+        self._flight.append(beat)
+        result.rawlink(lambda _r: self._answered_now(beat))
+        return beat
+
+    def _pipeline_limit(self, now: float) -> float:
+        """How old the oldest beat in flight may get before no more are sent."""
+        remembered = max(0.0, self._meter.latency(now) - self._meter.oldest_in_flight_age(now))
+        return max(PIPELINE_FLOOR, LEASE_PER_LATENCY * remembered)
+
+    def _answered_now(self, beat: _InFlight) -> None:
+        """kazoo's callback thread: hand the reply to the loop, never block."""
+        self._answered.put(beat)
+        self._wake.set()
+
+    def _settle(self, beat: _InFlight) -> BeatOutcome | None:
+        """Act on one beat's reply, once."""
+        with self._guard:
+            if beat.settled:
+                return None
+            beat.settled = True
+            if beat in self._flight:
+                self._flight.remove(beat)
+            try:
+                outcome = beat_outcome(beat.result, timeout=0)
+            except (KazooException, FencingError) as e:
+                log.debug("beat failed: %s", e)
+                self._meter.answered(beat.sent, None)
+                return None
+            if outcome is not BeatOutcome.OK:
+                self._meter.answered(beat.sent, None)
+                if outcome is BeatOutcome.LOCK_GONE:
+                    self._on_lock_gone(beat.node)
+                elif beat.node == self._node:
+                    self._node = None  # made again on the next beat
+                return outcome
             acked = self._clock()
-            self._lease.renew(sent)
-            for listener in list(self._listeners):
-                listener(sent, acked)
-        elif outcome is BeatOutcome.LOCK_GONE:
-            self._on_lock_gone(node)
-        else:
-            self._node = None  # made again on the next beat
+            self._meter.answered(beat.sent, acked)
+            self._claim.renew(beat.sent, beat.lease)
+            self._stall_reported = False
+            ack = BeatAck(beat.sent, acked, beat.lease)
+        for listener in list(self._listeners):
+            listener(ack)
         return outcome
 
+    def _look_for_stall(self, now: float) -> None:
+        after, callback = self._stall_after, self._on_stall
+        if callback is None or after is None or self._stall_reported:
+            return
+        with self._guard:
+            if not self._flight:
+                return
+            stall = now - max(self._flight[0].sent, self._stall_from)
+        if stall < after() or self._client.state != KazooState.CONNECTED:
+            return
+        self._stall_reported = True
+        try:
+            callback(stall)
+        except Exception:  # a failed reaction must not stop the beats
+            log.exception("reacting to a stalled beat failed")
+
     def _switch(self, node: str | None) -> None:
-        """Our lock node changed: drop the beat node of the one we left (best effort; the
-        session's end drops it otherwise)."""
+        """Our lock node changed: forget its beats in flight, and drop the beat node of the
+        one we left (best effort; the session's end drops it otherwise)."""
         old, self._node = self._node, None
+        for beat in self._flight:
+            beat.settled = True
+        self._flight.clear()
+        self._meter.forget_in_flight()
         if old is None or self._client.state != KazooState.CONNECTED:
             return
         try:

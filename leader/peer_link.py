@@ -6,11 +6,14 @@ out instead of being refused, and ``leader.preemption``'s "refused" evidence nev
 A connection opened before the death hears it. A pause (SIGSTOP, a frozen cgroup) or a
 partition closes nothing, so they still take the whole silence window P.
 
-"Closed" here means: a connection we held to that address was closed by the other end,
-and no connect since has succeeded. The gRPC server may close an idle raw connection; the
-reconnect that follows succeeds and clears it. It is evidence to shorten the silence
-window with (``leader.silence``), never a reason to act alone: the beat must still have
-stopped, and the preemption is still fenced on the beat's version.
+"Dead" here means: a connection we held to that address was closed by the other end, a
+reconnect since has failed (refused, reset or timed out) and none has succeeded. A close
+alone is not enough: a load balancer, a proxy, or the gRPC server itself (a raw connection
+that never speaks HTTP/2) closes connections of live processes, and the reconnect that
+follows succeeds. Even "dead" is no proof: a live leader behind a REJECT rule gives a
+closed link and refused reconnects. It only shortens the silence window
+(``leader.silence``), never acts alone: the beat must still have stopped for the leader's
+whole claim, and the preemption is still fenced on the beat's version.
 """
 
 from __future__ import annotations
@@ -39,23 +42,28 @@ def connect(address: str, timeout: float) -> socket.socket:
 
 
 class PeerLink:
-    """Follows one address at a time (``follow``); ``closed(address)`` answers whether its
-    held connection was closed by the peer and not reopened. ``on_change`` is called (from
-    the link's thread) whenever that answer changes."""
+    """Follows one address at a time (``follow``); ``dead(address)`` answers whether its
+    held connection was closed by the peer and every reconnect since failed. ``on_change``
+    is called (from the link's thread) whenever that answer changes."""
 
     def __init__(
         self,
         on_change: Callable[[], None],
         *,
+        dead_after: float = 0.0,
+        retry: float = RETRY,
         connector: Callable[[str, float], socket.socket] = connect,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._on_change = on_change
+        self._dead_after = dead_after  # reconnects failing at least this long after the close
+        self._retry = retry
         self._connect = connector
         self._clock = clock
         self._guard = threading.Lock()
         self._address: str | None = None
-        self._closed_at: float | None = None  # for self._address
+        self._closed_at: float | None = None  # for self._address: closed by its end
+        self._dead = False  # and a reconnect failed since
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = guarded_thread("peer-link", self._run, self._stop)
@@ -71,12 +79,12 @@ class PeerLink:
         with self._guard:
             if address == self._address:
                 return
-            self._address, self._closed_at = address, None
+            self._address, self._closed_at, self._dead = address, None, False
         self._wake.set()
 
-    def closed(self, address: str) -> bool:
+    def dead(self, address: str) -> bool:
         with self._guard:
-            return self._address == address and self._closed_at is not None
+            return self._address == address and self._dead
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -98,12 +106,13 @@ class PeerLink:
                     held = self._open(address)
                     held_for = address if held is not None else None
                     if held is None:
-                        self._stop.wait(RETRY)
+                        self._stop.wait(self._retry)
                     continue
                 if self._peer_closed(held):
                     held.close()
                     held = held_for = None
                     self._mark(address, closed=True)
+                    self._stop.wait(self._retry)  # a peer that accepts and drops: no spinning
         finally:
             if held is not None:
                 held.close()
@@ -112,7 +121,8 @@ class PeerLink:
         try:
             sock = self._connect(address, CONNECT_TIMEOUT)
         except (OSError, ValueError):
-            return None  # refused, silent or unreachable: still closed (if it was)
+            self._reconnect_failed(address)  # refused, silent or unreachable
+            return None
         sock.setblocking(False)
         self._mark(address, closed=False)
         return sock
@@ -137,6 +147,21 @@ class PeerLink:
             if self._address != address or (self._closed_at is not None) == closed:
                 return
             self._closed_at = self._clock() if closed else None
+            was_dead, self._dead = self._dead, False
         if closed:
             log.info("the connection to %s was closed by its end", address)
+        if was_dead:
+            self._on_change()
+
+    def _reconnect_failed(self, address: str) -> None:
+        """After a close, a reconnect that fails ``dead_after`` or more later makes the
+        peer heard dead."""
+        with self._guard:
+            closed_at = self._closed_at
+            if self._address != address or closed_at is None or self._dead:
+                return
+            if self._clock() - closed_at < self._dead_after:
+                return
+            self._dead = True
+        log.info("%s closed our connection and refuses or ignores reconnects", address)
         self._on_change()

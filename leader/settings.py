@@ -26,28 +26,48 @@ REQUEUE_BACKOFF = 1.0
 
 #: Seconds between a queued replica's beats (H).
 DEFAULT_BEAT_INTERVAL = 0.2
-#: Seconds a beat must stay unchanged before the replica behind preempts it (P).
+#: Seconds a beat must stay unchanged before the replica behind preempts it (P), at least.
 DEFAULT_SILENCE_WINDOW = 2.0
-#: Seconds the leader claims leadership after *sending* its last acknowledged beat (L).
-DEFAULT_LEADER_LEASE = 0.8
+#: The shortest claim a beat announces (L_base): seconds the leader claims leadership after
+#: *sending* an acknowledged beat while ZooKeeper answers fast. A beat announces more when
+#: the latency its beats observe grows (``leader.beat_lease``).
+DEFAULT_LEADER_LEASE = 0.4
 #: Bound on how much faster or slower two replicas' monotonic clocks may run (rho).
 CLOCK_RATE_BOUND = 1e-3
 #: Seconds the longest unfenced action may take after a claim check (T_op): a gRPC
-#: answer, a pod label, a health reply. Not a client's deadline.
-MAX_UNFENCED_ACTION = 1.0
+#: answer, a pod label PATCH (its timeout), a health reply. Not a client's deadline.
+MAX_UNFENCED_ACTION = 0.4
+#: A beat announces this many times the latency its sender's beats observe (k): under a
+#: uniformly slow ZooKeeper a beat is acknowledged about 2 fsyncs after its send and the
+#: next acknowledgement comes an fsync later, so the claim must outlast about 3 fsyncs.
+LEASE_PER_LATENCY = 3.0
+#: Seconds an observed latency is remembered: the lease shrinks back this long after a
+#: slow spell, not at the first fast reply (a disk that stalls once often stalls again).
+LATENCY_MEMORY = 10.0
+#: Beats stay in flight at most this long (or the announced lease, when longer) before the
+#: beater stops sending more: a replica whose replies are lost soon stops beating at
+#: ZooKeeper too, so its silence is seen, while a slow but answering ZooKeeper keeps
+#: receiving beats while the first slow replies are still on their way.
+PIPELINE_FLOOR = 1.0
 
 
 def margin_holds(*, leader_lease: float, silence_window: float) -> bool:
     """``L*(1+rho) + T_op <= P*(1-rho)``: a silent leader's claims and unfenced actions
     are over before the replica behind it can act on its silence."""
-    left = leader_lease * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION
-    return left <= silence_window * (1 - CLOCK_RATE_BOUND)
+    return short_window(leader_lease) <= silence_window
+
+
+def short_window(lease: float) -> float:
+    """``(L_v*(1+rho) + T_op) / (1-rho)``: once a beat that announced ``lease`` stays the
+    last one seen for this long (on our clock), its sender's claim, and any unfenced action
+    begun under it, is over on every clock within the rate bound."""
+    return (lease * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION) / (1 - CLOCK_RATE_BOUND)
 
 
 @dataclass(frozen=True)
 class BeatSettings:
-    """H, P and L of DESIGN item 8, checked once here. ``silence_window`` 0 turns silence
-    preemption off (beats and the claim lease stay)."""
+    """H, P and L_base of DESIGN items 8-9, checked once here. ``silence_window`` 0 turns
+    silence preemption off (beats and the claim lease stay)."""
 
     interval: float = DEFAULT_BEAT_INTERVAL
     silence_window: float = DEFAULT_SILENCE_WINDOW
@@ -71,15 +91,23 @@ class BeatSettings:
                 "leader could still claim or act when the replica behind it takes over"
             )
 
-    @property
-    def closed_window(self) -> float:
-        """The silence window for a replica whose process is heard dead (its kernel closed
-        our connection to it: ``leader.peer_link``): its claim lease is over by then,
-        ``L*(1+rho) + H <= W*(1-rho)``. Never longer than P."""
-        window = (self.leader_lease * (1 + CLOCK_RATE_BOUND) + self.interval) / (
-            1 - CLOCK_RATE_BOUND
-        )
-        return min(window, self.silence_window) if self.silence_window else 0.0
+    def window(self, announced: float | None) -> float:
+        """How long a beat that announced ``announced`` must stay unchanged: at least P,
+        longer when its sender announced a longer claim (a slow ZooKeeper). A beat that
+        announced nothing (a replica of an older release) gets P, which its fixed lease
+        was checked against."""
+        if announced is None:
+            return self.silence_window
+        return max(self.silence_window, short_window(announced))
+
+    def dead_window(self, announced: float | None) -> float | None:
+        """The window for a replica heard dead (a closed link and reconnects failing
+        since: ``leader.peer_link``), None when none applies. Still the whole claim and
+        T_op: a closed link is no proof of death (a REJECT rule gives one to a live
+        leader), only a reason not to wait the extra margin of P against hiccups."""
+        if announced is None or not self.silence_window:
+            return None
+        return min(self.window(announced), short_window(announced))
 
 
 class GateStage(enum.Enum):

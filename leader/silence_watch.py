@@ -2,12 +2,14 @@
 front of ours is removed from the queue in about P seconds, not a session timeout.
 
 One thread feeds the state machine what it reads (the beat node of the lock node just in
-front of ours, re-read when its watch fires) and what the kazoo listener and our beater
-report, then sleeps until the machine's next decision time: a timer at P, not a polling
-loop. On SILENT it syncs (with a deadline), reads the beat node again, gives up if the
-version moved, and deletes the silent lock node in one multi-op fenced on the version it
-watched and on ``/leader-epoch`` (``fencing.beats.preempt_silent``). A stale view fails
-that check at ZooKeeper's leader: safe, only later.
+front of ours, with the claim that beat announced, re-read when its watch fires), what the
+kazoo listener and our beater report, and whether the leader's process is heard dead
+(``leader.peer_link``), then sleeps until the machine's next decision time: a timer, not a
+polling loop. On SILENT it syncs (with a deadline that follows our own latency), reads the
+beat node again, looks at the link again, gives up if the version moved or the evidence
+went, and deletes the silent lock node in one multi-op fenced on the version it watched
+and on ``/leader-epoch`` (``fencing.beats.preempt_silent``). A stale view fails that check
+at ZooKeeper's leader: safe, only later.
 """
 
 from __future__ import annotations
@@ -18,24 +20,27 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
 from cluster.paths import Paths
 from cluster.threads import guarded_thread
 from fencing import txn
-from fencing.beats import PreemptOutcome, preempt_beatless, preempt_silent
+from fencing.beats import PreemptOutcome, announced_lease, preempt_beatless, preempt_silent
 from fencing.errors import FencingError
 from fencing.office import read_leader_epoch
 from leader.discovery import LeaderCache
+from leader.heartbeat import BeatAck
 from leader.peer_link import PeerLink
 from leader.settings import BeatSettings
 from leader.silence import ABSENT, Decision, SilenceMachine, Verdict
 
 log = logging.getLogger(__name__)
 
-#: Bound on the sync and the reads that verify silence before acting on it.
+#: Bound on the sync and the reads that verify silence before acting on it, at least: they
+#: queue behind our own beats in flight (one session is answered in order), so the bound
+#: grows with the claim our own beats announce.
 VERIFY_DEADLINE = 1.0
 #: Wait this long after a failed attempt before deciding again (no spinning on an error).
 RETRY_BACKOFF = 0.2
@@ -54,6 +59,8 @@ class SilenceWatch:
         settings: BeatSettings,
         *,
         timeout: float,
+        heard_dead_after: float = 0.0,
+        link_retry: float = 0.1,
         on_preempt: Callable[[str], None] | None = None,
         on_stale_server: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -68,12 +75,15 @@ class SilenceWatch:
         self._on_preempt = on_preempt
         self._clock = clock
         self._enabled = settings.silence_window > 0
-        self._machine = SilenceMachine(  # 0 turns the watch off: never started
-            window=settings.silence_window or float("inf"),
-            own_gap=settings.leader_lease,
-            closed_window=settings.closed_window or None,
+        # A window of 0 turns the watch off: never started.
+        self._machine = SilenceMachine(settings if self._enabled else BeatSettings())
+        self._own_lease = settings.leader_lease
+        # 0 turns the heard-dead evidence off: the full window always.
+        self._link: PeerLink | None = (
+            PeerLink(self._poke, dead_after=heard_dead_after, retry=link_retry, clock=clock)
+            if heard_dead_after > 0
+            else None
         )
-        self._link = PeerLink(self._poke, clock=clock)
         self._guard = threading.Lock()  # inputs come from kazoo's threads and the beater
         self._stale = True  # the target's beat node must be read again
         # The target must be proved at the quorum (a new one, or after a reconnect: the
@@ -90,22 +100,29 @@ class SilenceWatch:
         self._client.add_listener(self._on_state)
         self._on_state(self._client.state)
         self._cache.add_listener(self._poke)
-        self._link.start()
+        if self._link is not None:
+            self._link.start()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._link.stop()
+        if self._link is not None:
+            self._link.stop()
         if self._enabled:
             self._client.remove_listener(self._on_state)
 
     # -- inputs (any thread; never block) -------------------------------------------------
 
-    def beat_acked(self, sent: float, acked: float) -> None:
+    def beat_acked(self, ack: BeatAck) -> None:
         with self._guard:
-            self._machine.own_beat(sent, acked)
+            self._machine.own_beat(ack.sent, ack.acked, ack.lease)
+            self._own_lease = ack.lease
         self._wake.set()
+
+    def _deadline(self) -> float:
+        """For the reads that verify: they wait behind our own beats in flight."""
+        return max(VERIFY_DEADLINE, self._own_lease)
 
     def _on_state(self, state: str) -> None:
         with self._guard:
@@ -163,22 +180,39 @@ class SilenceWatch:
             self._stale = False
         if verify and target is not None:
             # Not waiting a silence window behind a node only our server shows.
-            if not txn.exists_at_quorum(self._client, target, timeout=VERIFY_DEADLINE):
+            if not txn.exists_at_quorum(self._client, target, timeout=self._deadline()):
                 self._accuse_our_server(target)
             with self._guard:
                 self._verify = False
         address = self._address_of(target)
-        self._link.follow(address)
+        if self._link is not None:
+            self._link.follow(address)
         if read and target is not None:
-            stat = self._client.exists(self._paths.beat(target), watch=self._on_beat_event)
+            version, announced = self._read_beat(target, watch=True)
             with self._guard:
-                self._machine.saw(target, None if stat is None else stat.version, self._clock())
+                self._machine.saw(target, version, self._clock(), announced)
         with self._guard:
             if target is not None:
-                self._machine.peer_closed(
-                    target, address is not None and self._link.closed(address)
-                )
+                self._machine.peer_dead(target, self._dead(address))
             return self._machine.decide(self._clock())
+
+    def _dead(self, address: str | None) -> bool:
+        return address is not None and self._link is not None and self._link.dead(address)
+
+    def _read_beat(self, target: str, *, watch: bool) -> tuple[int | None, float | None]:
+        """The beat node's version and the claim it announced (None, None: no node). The
+        data and the version come from one read, so they belong together."""
+        beat = self._paths.beat(target)
+        try:
+            if watch:
+                data, stat = self._client.get(beat, watch=self._on_beat_event)
+            else:
+                data, stat = self._client.get_async(beat).get(timeout=self._deadline())
+        except NoNodeError:
+            if watch:  # watch for its creation
+                self._client.exists(beat, watch=self._on_beat_event)
+            return None, None
+        return stat.version, announced_lease(data)
 
     def _address_of(self, target: str | None) -> str | None:
         """The leader's address when ``target`` is the leader's lock node (a queued
@@ -194,8 +228,8 @@ class SilenceWatch:
         """The quorum has no ``target``, which our server showed us after a sync: if it
         still shows it now, our server is behind its quorum (ZOOKEEPER-4837, -5010) and we
         ask to move; if it no longer does, the node's own delete raced ours: no evidence."""
-        self._client.sync_async(target).get(timeout=VERIFY_DEADLINE)
-        if self._client.exists_async(target).get(timeout=VERIFY_DEADLINE) is None:
+        self._client.sync_async(target).get(timeout=self._deadline())
+        if self._client.exists_async(target).get(timeout=self._deadline()) is None:
             return
         evidence = f"it shows {target}, which its quorum does not have"
         log.warning("%s: our ZooKeeper server is behind: %s", self._id, evidence)
@@ -217,12 +251,13 @@ class SilenceWatch:
         """Verify the silence at ZooKeeper's leader, then delete; True when deleted."""
         target, version = decision.target, decision.version
         assert target is not None and version is not None
-        beat = self._paths.beat(target)
-        self._client.sync_async(beat).get(timeout=VERIFY_DEADLINE)
-        stat = self._client.exists_async(beat).get(timeout=VERIFY_DEADLINE)
+        self._client.sync_async(self._paths.beat(target)).get(timeout=self._deadline())
+        current_version, announced = self._read_beat(target, watch=False)
         now = self._clock()
         with self._guard:
-            self._machine.saw(target, None if stat is None else stat.version, now)
+            self._machine.saw(target, current_version, now, announced)
+            # The evidence again, just before the delete: the link may have come back.
+            self._machine.peer_dead(target, self._dead(self._address_of(target)))
             again = self._machine.decide(now)
         if again.verdict is not Verdict.SILENT or again.version != version:
             log.info("%s: %s beat again (or we lost touch): not preempted", self._id, target)
@@ -246,7 +281,7 @@ class SilenceWatch:
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
         seen = "no beat node" if version == ABSENT else f"beat version {version} unchanged"
-        dead = ", its process heard dead (connection closed)" if decision.short else ""
+        dead = ", its process heard dead (link closed, reconnects failing)" if again.short else ""
         evidence = f"{who} silent: {seen} for the window{dead}"
         log.warning("%s: preempted %s", self._id, evidence)
         if self._on_preempt is not None:

@@ -68,8 +68,8 @@ class NimbusConfig:
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served
     k8s_pod: str = ""  # this pod's name: label it nimbus-role=leader|follower; "": off
     shutdown_grace: float = 10.0  # SIGTERM: hand over and exit within this many seconds
-    preempt_window: float = 0.5  # refused probes this long preempt a dead leader; 0: off
-    preempt_interval: float = 0.1  # seconds between the successor's probes of the leader
+    preempt_window: float = 0.5  # link closed, reconnects failing this long: heard dead; 0: off
+    preempt_interval: float = 0.1  # seconds between the successor's reconnects to the leader
     beat_interval: float = DEFAULT_BEAT_INTERVAL  # H: every queued replica beats this often
     silence_window: float = DEFAULT_SILENCE_WINDOW  # P: a beat unchanged this long preempts
     leader_lease: float = DEFAULT_LEADER_LEASE  # L: claims end this long after a beat's send

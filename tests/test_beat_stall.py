@@ -40,8 +40,8 @@ def test_a_beat_held_by_a_frozen_server_moves_the_replica_and_it_beats_again(
         client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
         timeout=10.0, on_lock_gone=lambda _node: gone.set(),
     )  # fmt: skip
-    beater.add_listener(lambda sent, _acked: acked.append(sent))
-    beater.on_stall(1.0, lambda stalled: mover.move(f"planted: beat held {stalled:.1f}s"))
+    beater.add_listener(lambda ack: acked.append(ack.sent))
+    beater.on_stall(lambda: 1.0, lambda stalled: mover.move(f"planted: beat held {stalled:.1f}s"))
     session = client.client_id[0]
     frozen = current_server(client)
     beater.start()

@@ -9,6 +9,7 @@ from fencing import txn
 from fencing.beats import (
     BeatOutcome,
     PreemptOutcome,
+    beat_data,
     beat_outcome,
     create_beat,
     preempt_beatless,
@@ -24,14 +25,16 @@ def _queued(client: KazooClient, owner: str) -> str:
     lock_node: str = client.create(
         f"{PATHS.leader_lock}/x__lock__", owner.encode(), ephemeral=True, sequence=True
     )
-    assert create_beat(client, PATHS, lock_node=lock_node, owner=owner, timeout=5) is (
-        BeatOutcome.OK
-    )
+    assert create_beat(
+        client, PATHS, lock_node=lock_node, data=beat_data(owner, 0.4), timeout=5
+    ) is (BeatOutcome.OK)
     return lock_node
 
 
 def _beat(client: KazooClient, lock_node: str) -> BeatOutcome:
-    return beat_outcome(send_beat(client, PATHS, lock_node=lock_node, owner="a:1"), timeout=5)
+    return beat_outcome(
+        send_beat(client, PATHS, lock_node=lock_node, data=beat_data("a:1", 0.4)), timeout=5
+    )
 
 
 def test_a_beat_moves_the_version_and_a_deposed_one_moves_nothing(zk_client: KazooClient) -> None:
@@ -99,9 +102,9 @@ def test_a_queued_replica_without_a_beat_node_is_preempted_only_while_it_has_non
     )
     assert zk_client.exists(frozen) is None
     assert zk_client.exists(PATHS.beat(frozen)) is None, "the proof leaves no beat node"
-    assert create_beat(zk_client, PATHS, lock_node=frozen, owner="a:1", timeout=5) is (
-        BeatOutcome.LOCK_GONE
-    ), "its first beat, late, finds its lock node gone"
+    assert create_beat(
+        zk_client, PATHS, lock_node=frozen, data=beat_data("a:1", 0.4), timeout=5
+    ) is (BeatOutcome.LOCK_GONE), "its first beat, late, finds its lock node gone"
 
 
 def test_a_preemption_of_a_node_the_quorum_lacks_says_so(zk_client: KazooClient) -> None:

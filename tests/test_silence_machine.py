@@ -17,7 +17,7 @@ from leader.settings import (
 from leader.silence import ABSENT, SilenceMachine, Verdict
 from nimbus.config import make_config
 
-P, GAP, H = 2.0, 0.8, 0.2
+P, H = 2.0, 0.2
 LEADER = "/storm/leader-lock/a__lock__0000000001"
 
 
@@ -29,13 +29,14 @@ class Clock:
         return self.now
 
 
-def watching(clock: Clock, closed_window: float | None = None) -> SilenceMachine:
-    """Connected, our own beats committing, the leader's beat seen at version 7."""
-    m = SilenceMachine(window=P, own_gap=GAP, closed_window=closed_window)
+def watching(clock: Clock, announced: float | None = None) -> SilenceMachine:
+    """Connected, our own beats committing, the leader's beat seen at version 7 (having
+    announced the claim ``announced``)."""
+    m = SilenceMachine(BeatSettings())
     m.connection(True, clock())
     m.own_beat(clock(), clock())
     m.watch(LEADER, clock())
-    m.saw(LEADER, 7, clock())
+    m.saw(LEADER, 7, clock(), announced)
     return m
 
 
@@ -150,15 +151,16 @@ def test_a_new_target_starts_from_nothing_and_old_reads_are_ignored() -> None:
 
 
 def test_the_defaults_keep_the_margin_and_a_long_lease_is_refused_naming_the_rule() -> None:
-    assert (DEFAULT_BEAT_INTERVAL, DEFAULT_SILENCE_WINDOW, DEFAULT_LEADER_LEASE) == (0.2, 2.0, 0.8)
-    assert CLOCK_RATE_BOUND == 1e-3 and MAX_UNFENCED_ACTION == 1.0
-    assert margin_holds(leader_lease=0.8, silence_window=2.0)
-    assert not margin_holds(leader_lease=1.0, silence_window=2.0)  # 2.001 > 1.998
+    assert (DEFAULT_BEAT_INTERVAL, DEFAULT_SILENCE_WINDOW, DEFAULT_LEADER_LEASE) == (0.2, 2.0, 0.4)
+    assert CLOCK_RATE_BOUND == 1e-3 and MAX_UNFENCED_ACTION == 0.4
+    assert margin_holds(leader_lease=0.4, silence_window=2.0)
+    assert margin_holds(leader_lease=1.5, silence_window=2.0)
+    assert not margin_holds(leader_lease=1.6, silence_window=2.0)  # 2.0016 > 1.998
     BeatSettings()
     with pytest.raises(ConfigError, match=r"L\*\(1\+rho\) \+ T_op <= P\*\(1-rho\)"):
-        BeatSettings(leader_lease=1.0, silence_window=2.0)
+        BeatSettings(leader_lease=1.6, silence_window=2.0)
     with pytest.raises(ConfigError, match="below --leader-lease"):
-        BeatSettings(interval=0.9)
+        BeatSettings(interval=0.5)
     BeatSettings(leader_lease=5.0, silence_window=0)  # off: no margin to keep
 
 
@@ -166,49 +168,135 @@ def test_nimbus_serve_config_refuses_a_set_breaking_the_rule() -> None:
     base = {"zookeeper": "127.0.0.1:2181", "listen": "127.0.0.1:6627"}
     assert make_config(**base).beats == BeatSettings()
     with pytest.raises(ConfigError, match=r"T_op <= P\*\(1-rho\)"):
-        make_config(**base, leader_lease=1.5, silence_window=2.0)
+        make_config(**base, leader_lease=1.7, silence_window=2.0)
 
 
-CLOSED_WINDOW = BeatSettings().closed_window
+def claim_end(announced: float) -> float:
+    """Seconds after the beat's receipt by which its sender's claim and any unfenced action
+    begun under it are over, on the slowest clock the rate bound allows."""
+    return (announced * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION) / (1 - CLOCK_RATE_BOUND)
 
 
-def test_a_target_heard_dead_is_silent_after_the_short_window_only() -> None:
-    """The held connection to the leader closed by its kernel (a killed container, whose
-    address then goes silent): its silence counts after L*(1+rho) + H, not P; its claim
-    lease is over by then. Reopened, the full window is back."""
-    assert BeatSettings(leader_lease=0.8, interval=0.2).closed_window == pytest.approx(
-        (0.8 * (1 + CLOCK_RATE_BOUND) + 0.2) / (1 - CLOCK_RATE_BOUND)
-    )
-    assert BeatSettings(silence_window=0).closed_window == 0.0  # off stays off
+def test_the_window_follows_the_claim_the_beat_announced() -> None:
+    """A leader on a slow ZooKeeper announces a longer claim: the replica behind waits that
+    claim out (and T_op), never less than P; a beat of an older release (no announcement)
+    gets P."""
     clock = Clock()
-    m = watching(clock, CLOSED_WINDOW)
-    m.peer_closed(LEADER, True)
-    run(m, clock, CLOSED_WINDOW - 0.01)
+    m = watching(clock, announced=3.0)
+    run(m, clock, claim_end(3.0) - 0.01)
     assert m.decide(clock()).verdict is Verdict.WATCHING
-    run(m, clock, 0.01)
+    run(m, clock, 0.02)
+    assert m.decide(clock()).verdict is Verdict.SILENT
+    m = watching(clock, announced=0.4)
+    run(m, clock, P - 0.01)
+    assert m.decide(clock()).verdict is Verdict.WATCHING, "never less than P"
+    run(m, clock, 0.02)
+    assert m.decide(clock()).verdict is Verdict.SILENT
+    m = watching(clock, announced=None)
+    run(m, clock, P + 0.01)
+    assert m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_a_version_keeps_the_claim_it_announced_when_read_again() -> None:
+    """Reading the same version again (with a smaller announcement, as damaged data might
+    give) does not shorten its window: the version's first announcement counts."""
+    clock = Clock()
+    m = watching(clock, announced=3.0)
+    m.saw(LEADER, 7, clock(), 0.4)
+    run(m, clock, P + 0.1)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+
+
+def test_a_target_heard_dead_is_silent_after_its_claim_not_sooner() -> None:
+    """Heard dead (link closed, reconnects failing): its silence counts after its claim and
+    T_op, not P. Still its whole claim: a live leader behind a REJECT rule is heard dead
+    too. Reopened, the full window is back; no announcement, no short window."""
+    short = claim_end(DEFAULT_LEADER_LEASE)
+    assert BeatSettings().dead_window(DEFAULT_LEADER_LEASE) == pytest.approx(short)
+    assert BeatSettings().dead_window(None) is None
+    assert BeatSettings(silence_window=0).dead_window(0.4) is None  # off stays off
+    clock = Clock()
+    m = watching(clock, announced=DEFAULT_LEADER_LEASE)
+    m.peer_dead(LEADER, True)
+    run(m, clock, short - 0.01)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+    run(m, clock, 0.02)
     d = m.decide(clock())
     assert (d.verdict, d.version, d.short) == (Verdict.SILENT, 7, True)
-    m.peer_closed(LEADER, False)  # a connect succeeded: alive after all
+    m.peer_dead(LEADER, False)  # a connect succeeded: alive after all
     assert m.decide(clock()).verdict is Verdict.WATCHING
-    m.peer_closed("/storm/leader-lock/other", True)  # about another node: ignored
+    m.peer_dead("/storm/leader-lock/other", True)  # about another node: ignored
     assert m.decide(clock()).verdict is Verdict.WATCHING
-    run(m, clock, P - CLOSED_WINDOW)
+    run(m, clock, P - short)
     assert m.decide(clock()).short is False and m.decide(clock()).verdict is Verdict.SILENT
+    m = watching(clock, announced=None)
+    m.peer_dead(LEADER, True)
+    run(m, clock, short + 0.1)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+
+
+def test_heard_dead_never_shortens_a_window_a_beat_restarted() -> None:
+    """A live leader behind a REJECT rule: heard dead, but beating. Every beat restarts
+    the short window, so it is never reached."""
+    clock = Clock()
+    m = watching(clock, announced=DEFAULT_LEADER_LEASE)
+    m.peer_dead(LEADER, True)
+    for version in range(8, 8 + 50):
+        run(m, clock, H)
+        m.saw(LEADER, version, clock(), DEFAULT_LEADER_LEASE)
+        assert m.decide(clock()).verdict is Verdict.WATCHING
 
 
 def test_heard_dead_never_overrides_the_stall_guards() -> None:
     """A closed connection does not make a stall of ZooKeeper (our own beats lapsed) or
     our own disconnect look like silence."""
+    short = claim_end(DEFAULT_LEADER_LEASE)
     clock = Clock()
-    m = watching(clock, CLOSED_WINDOW)
-    m.peer_closed(LEADER, True)
-    run(m, clock, CLOSED_WINDOW + 0.1, own_beats=False)
+    m = watching(clock, announced=DEFAULT_LEADER_LEASE)
+    m.peer_dead(LEADER, True)
+    run(m, clock, short + 0.1, own_beats=False)
     assert m.decide(clock()).verdict is Verdict.OWN_BEATS_LAPSED
     m.connection(False, clock())
     assert m.decide(clock()).verdict is Verdict.DISCONNECTED
     m.watch(None, clock())
     m.watch(LEADER, clock())  # a new target starts with no evidence
     m.connection(True, clock())
-    m.saw(LEADER, 7, clock())
-    run(m, clock, CLOSED_WINDOW + 0.1)
+    m.saw(LEADER, 7, clock(), DEFAULT_LEADER_LEASE)
+    run(m, clock, short + 0.1)
+    assert m.decide(clock()).verdict is Verdict.WATCHING
+
+
+def test_a_leader_that_stops_on_a_uniformly_slow_zookeeper_is_still_replaced() -> None:
+    """Every write takes 1.8 s (0.9 s fsyncs): our own beats come back slow but steady,
+    announcing a long claim, and our own-gap rule follows it. A leader whose beat stops
+    (it announced 5.4 s) is replaced after its claim, not never."""
+    clock = Clock()
+    m = SilenceMachine(BeatSettings())
+    m.connection(True, clock())
+    m.watch(LEADER, clock())
+    latency, lease = 1.8, 5.4
+    for _ in range(5):  # the slow spell settles: our beats ack every 0.9 s, 1.8 s late
+        clock.now += 0.9
+        m.own_beat(clock.now - latency, clock.now, lease)
+    m.saw(LEADER, 40, clock(), lease)  # the leader's last beat, then it stops
+    end = clock.now + claim_end(lease)
+    while clock.now + 0.9 < end:
+        clock.now += 0.9
+        m.own_beat(clock.now - latency, clock.now, lease)
+        assert m.decide(clock()).verdict is Verdict.WATCHING
+    clock.now = end + 0.01
+    m.own_beat(clock.now - latency, clock.now, lease)
+    assert m.decide(clock()).verdict is Verdict.SILENT
+
+
+def test_the_onset_of_a_slow_spell_is_not_silence() -> None:
+    """Our own beats, acknowledged every 0.2 s, suddenly take 1.8 s: a stall of ZooKeeper
+    for us as for the leader. The window starts again when ours come back."""
+    clock = Clock()
+    m = watching(clock, announced=DEFAULT_LEADER_LEASE)
+    run(m, clock, 1.0)
+    sent = clock.now
+    clock.now += 1.8
+    m.own_beat(sent, clock.now, DEFAULT_LEADER_LEASE)
+    run(m, clock, P - 0.1)
     assert m.decide(clock()).verdict is Verdict.WATCHING

@@ -68,10 +68,11 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--shutdown-grace", float, 10.0, "SIGTERM: seconds to hand over and exit, whatever happens"),
     (
         "--preempt-window", float, 0.5,
-        "seconds the leader's port must refuse the successor's probes before it is "
-        "preempted (0: wait for its session to expire)",
+        "seconds the successor's link to the leader must stay closed, reconnects failing, "
+        "before the leader counts as heard dead: its silent beat is then preempted after its "
+        "claim (L*(1+rho) + T_op) instead of the silence window (0: always the window)",
     ),
-    ("--preempt-interval", float, 0.1, "seconds between the successor's probes"),
+    ("--preempt-interval", float, 0.1, "seconds between the successor's reconnects to the leader"),
     ("--beat-interval", float, DEFAULT_BEAT_INTERVAL, "seconds between beats (H)"),
     (
         "--silence-window", float, DEFAULT_SILENCE_WINDOW,

@@ -31,7 +31,6 @@ from fencing import FencedWriter, LeadershipToken, ensure_folders
 from leader.discovery import LeaderCache
 from leader.elector import Elector
 from leader.health import NimbusHealth
-from leader.preemption import Preemptor, PreemptSettings
 from leader.registry import Registry
 from leader.settings import ElectorSettings
 from leader.silence_watch import SilenceWatch
@@ -47,6 +46,7 @@ from nimbus.server.podlabel import PodApi, PodLabeler
 from nimbus.server.security.credentials import CredentialsDuty
 from nimbus.server.security.server import load_server_security
 from nimbus.server.servicer import NimbusServicer
+from nimbus.server.stall_move import move_on_stalls
 from nimbus.server.topology_api import DaemonTopologyApi
 from nimbus.server.ui import WebUi
 from nimbus.server.zkcheck import check_session_timeout
@@ -138,6 +138,7 @@ class NimbusDaemon:
             on_deposed=self._deposed,
             leader_hint=self._leader_hint,
             taking_office=self.storms.hold_back,  # a restart's record load steps aside
+            on_stale_server=lambda why: self.server_mover.move(why),  # made below
         )
         self.metrics = ReplicaMetrics(
             replica_id=config.replica_id,
@@ -146,16 +147,6 @@ class NimbusDaemon:
             connected=self._connected,
             missing_packages=lambda: self.syncer.lag,
             downloaded_bytes=self.downloads,
-        )
-        self.preemptor = Preemptor(
-            self.client,
-            self.paths,
-            config.replica_id,
-            self.cache,
-            self.elector.queued_node,
-            PreemptSettings(interval=config.preempt_interval, window=config.preempt_window),
-            timeout=config.session_timeout,
-            on_preempt=self.metrics.preempted,
         )
         # At most one move per silence window; the suspect is left out for a session
         # timeout, long enough for a server that diverged to be noticed by its peers.
@@ -174,20 +165,15 @@ class NimbusDaemon:
             self.elector.queued_node,
             config.beats,
             timeout=config.session_timeout,
+            heard_dead_after=config.preempt_window,
+            link_retry=config.preempt_interval,
             on_preempt=self.metrics.preempted,
             on_stale_server=self.server_mover.move,
         )
         self.elector.beater.add_listener(self.silence.beat_acked)
-        # A beat unanswered for half the silence window on a live connection: our server
-        # holds writes (cut from its quorum, it keeps its clients for syncLimit). Moving
-        # at once, to a server that opens a session now (probed), beats again before the
-        # silence window ends, with half the session left for the move.
-        stall = max(config.beats.silence_window / 2, 4 * config.beats.interval)
-        if 2 * stall <= config.session_timeout:
-            self.elector.beater.on_stall(
-                stall,
-                lambda s: self.server_mover.move(f"our beat unanswered for {s:.1f}s"),
-            )
+        # A beat held on a live connection: our server holds writes (cut from its quorum,
+        # it keeps its clients for syncLimit); move, if it is slower than the others.
+        move_on_stalls(self.elector.beater, self.server_mover, config.beats, config.session_timeout)
         self.registry = Registry(
             self.client,
             self.paths,
@@ -197,7 +183,10 @@ class NimbusDaemon:
             sync_lag=lambda: self.syncer.lag,
         )
         self.health = NimbusHealth(
-            connected=self._connected, is_leader=self.elector.is_leader, running=self._running
+            connected=self._connected,
+            is_leader=self.elector.is_leader,
+            running=self._running,
+            recheck=config.beats.interval,  # a Watch sees a lapsed claim within a beat
         )
         self.server, self.port = make_grpc_server(
             config.listen,
@@ -283,8 +272,6 @@ class NimbusDaemon:
         self.syncer.request_pass()  # a full pass at once, in the background
         self._started.append(self.syncer.stop)
         self.elector.start()
-        self.preemptor.start()
-        self._started.append(self.preemptor.stop)
         self.silence.start()
         self._started.append(self.silence.stop)
         log.info("started in %s", steps)
@@ -318,7 +305,6 @@ class NimbusDaemon:
         self._stopped.set()
         if self.ui is not None:
             self.ui.stop()
-        self.preemptor.stop()
         self.silence.stop()
         self.server_mover.stop()
         self.elector.stop()
@@ -391,7 +377,7 @@ class NimbusDaemon:
         log.info("leading with epoch %d", epoch)
         writer.observer = self.metrics.fenced_write
         self.metrics.elected()
-        if self.pod_labeler is not None:
+        if self.pod_labeler is not None and self.elector.is_leader():  # a claim, not the term
             self.pod_labeler.set_role("leader")
         self._writer = writer
         CodeMissingDuty(
