@@ -13,6 +13,14 @@ The move off a stalled server (``cluster.server_move``) asks this of every other
 before it goes: a stall of the whole ensemble (its leader paused, an election) answers
 "no" everywhere, and moving then would only risk the session on a server that cannot
 revalidate it.
+
+What it measures: ``createSession`` is a transaction like any write, proposed by the
+quorum's leader and logged (fsynced) by a quorum before it is answered, so the time to an
+answer is the ensemble's write latency as seen through that server, the same path a beat
+takes through ours. Under a uniformly slow disk (every server's fsync slow) a probe takes
+as long as a beat: a fixed deadline then answers "reaches its quorum" or not by chance. A
+caller comparing servers gives its own deadline (``Probe``'s ``timeout``): one that only a
+server clearly faster than its own can meet.
 """
 
 from __future__ import annotations
@@ -22,9 +30,8 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.protocol.serialization import Close, Connect, int_struct
@@ -36,7 +43,14 @@ log = logging.getLogger(__name__)
 PROBE_SESSION_MS = 4000
 _CLOSE_XID = 1
 
-Probe = Callable[[list[tuple[str, int]]], list[tuple[str, int]]]
+
+class Probe(Protocol):
+    def __call__(
+        self, servers: list[tuple[str, int]], timeout: float | None = None
+    ) -> list[tuple[str, int]]:
+        """Those of ``servers`` that open a session within ``timeout`` seconds (None: the
+        probe's own deadline)."""
+        ...
 
 
 def reaches_quorum(client: KazooClient, host: str, port: int, timeout: float) -> bool:
@@ -129,8 +143,14 @@ def _read(sock: socket.socket, length: int, deadline: float) -> bytes:
 
 
 def probe_for(client: KazooClient, session_timeout: float) -> Probe:
-    """The probe a replica with sessions of ``session_timeout`` seconds moves with: it
-    waits a tenth of the session (0.3-1 s), so a move still lands before the session
-    would expire on the quorum's side."""
-    timeout = min(1.0, max(0.3, session_timeout / 10))
-    return lambda servers: servers_reaching_quorum(client, servers, timeout)
+    """The probe a replica with sessions of ``session_timeout`` seconds moves with: unless
+    told otherwise it waits a tenth of the session (0.3-1 s), so a move still lands before
+    the session would expire on the quorum's side."""
+    default = min(1.0, max(0.3, session_timeout / 10))
+
+    def probe(
+        servers: list[tuple[str, int]], timeout: float | None = None
+    ) -> list[tuple[str, int]]:
+        return servers_reaching_quorum(client, servers, default if timeout is None else timeout)
+
+    return probe

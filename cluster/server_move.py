@@ -12,7 +12,10 @@ suspect is left out for ``quarantine`` seconds, then the full list is back for l
 reconnects. At most one move per ``min_interval`` (P): a wrong accusation costs one
 reconnect, never a storm of them. Given a ``probe``, only servers that open a new session
 at once (``cluster.quorum_probe``: they reach their quorum and have seen our zxid) are
-moved to; none answering means the whole ensemble stalls, and the replica stays.
+moved to; none answering means the whole ensemble stalls, and the replica stays. A caller
+that accuses its server of being slow (a beat held) gives the probe its own deadline, and
+an ``unless``: asked once a server answered, it calls the move off (our server answered
+meanwhile: it was no slower than the one probed, the ensemble is slow).
 
 kazoo has no public "reconnect elsewhere": the drop uses its own test hook
 (``_CONNECTION_DROP``), and the current server is read from its connection's socket.
@@ -92,9 +95,16 @@ class ServerMover:
         self._restore: threading.Timer | None = None
         self.moves: list[Move] = []
 
-    def move(self, why: str) -> Move | None:
+    def move(
+        self,
+        why: str,
+        *,
+        probe_timeout: float | None = None,
+        unless: Callable[[], bool] | None = None,
+    ) -> Move | None:
         """Leave the current server, blaming ``why``; None when refused (too soon after
-        the last move, not connected, or no other server)."""
+        the last move, not connected, no other server, none answering the probe within
+        ``probe_timeout`` (None: the probe's own), or ``unless()`` once one did)."""
         with self._guard:
             now = self._clock()
             if self._last is not None and now - self._last < self._min_interval:
@@ -115,7 +125,7 @@ class ServerMover:
                 )
                 return None
             if self._probe is not None:
-                others = self._probe(others)
+                others = self._probe(others, probe_timeout)
                 if not others:
                     log.warning(
                         "our ZooKeeper server %s looks behind its quorum (%s), but no other "
@@ -124,6 +134,9 @@ class ServerMover:
                         why,
                     )
                     return None
+            if unless is not None and unless():
+                log.info("staying on ZooKeeper server %s after all (%s)", server, why)
+                return None
             self._last = now
             move = Move(server, tuple(_host_port(h, p) for h, p in others), why)
             self._client.set_hosts(",".join(move.others) + self._chroot)
