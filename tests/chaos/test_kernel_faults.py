@@ -8,6 +8,7 @@ lost or applied twice.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -72,39 +73,53 @@ def test_cli_calls_ride_through_kernel_faults_on_the_leader(
 
 
 @pytest.mark.timeout(600)
-def test_a_wrongly_preempted_leader_steps_down_and_none_of_its_writes_land(
+def test_a_refused_port_deposes_no_leader_and_a_deposed_one_writes_nothing(
     cluster: KernelCluster, tmp_path: Path
 ) -> None:
-    """The leader is alive, but its port answers the successor's probes with a TCP reset:
-    the successor preempts it. The old leader must stop answering as leader at once, and
-    ZooKeeper's own log must show no leader-only write of it after the delete."""
+    """The leader is alive and beating, but its gRPC port answers the successor with TCP
+    resets for 3T (a NetworkPolicy or a kube-proxy rule does this): a closed link and
+    refused reconnects are no evidence while its beat moves, so nobody preempts it and a
+    replica claims at every moment. Then its lock node is deleted (as a wrongful
+    preemption would): it must stop answering as leader at once, and ZooKeeper's own log
+    must show no leader-only write of it after the delete."""
     path, _ = package(tmp_path, "fp")
     workload = CliWorkload(cluster.seeds, path, workers=2, run_id=uuid.uuid4().hex[:6]).start()
     try:
         leader, epoch = cluster.wait_healthy(60)
         successor = cluster.successor()
+        seen: list[tuple[float, dict[int, int]]] = []
+
+        def poll() -> dict[int, int]:
+            claims = cluster.claims()
+            seen.append((time.monotonic(), claims))
+            return claims
+
         cluster.cut(leader, Cut.REFUSE_PEER, peer=successor)
         try:
-            seen: list[tuple[float, dict[int, int]]] = []
-
-            def poll() -> dict[int, int]:
-                claims = cluster.claims()
-                seen.append((time.monotonic(), claims))
-                return claims
-
-            def new_term() -> bool:
-                return any(e > epoch for e in poll().values())
-
-            wait_until(new_term, timeout=30, interval=0.05, message="the successor's term")
-            first_new = seen[-1][0]
-            # Keep recording every poll: the old leader must not claim in any of them.
-            wait_until(lambda: leader not in poll(), timeout=5, message="the old leader out")
-            watch_until = time.monotonic() + 0.5  # and not come back: polls for 0.5 s more
-            while time.monotonic() < watch_until:
-                poll()
-            assert stale_claims(seen, leader, epoch) == [], "the old leader claimed after the new"
+            until = time.monotonic() + 3 * cluster.session_timeout
+            while time.monotonic() < until:
+                assert all(e == epoch for e in poll().values()), "a failover while refused"
         finally:
             cluster.heal(leader)
+        claimed = [t for t, claims in seen if claims]
+        gaps = [b - a for a, b in itertools.pairwise([seen[0][0], *claimed, seen[-1][0]])]
+        assert max(gaps) <= 2.0, f"{max(gaps):.2f}s with no replica claiming"
+        seen.clear()
+        admin = cluster.admin()
+        held = sorted(admin.get_children(f"{ROOT}/leader-lock"), key=lambda n: n[-10:])[0]
+        admin.delete(f"{ROOT}/leader-lock/{held}")
+
+        def new_term() -> bool:
+            return any(e > epoch for e in poll().values())
+
+        wait_until(new_term, timeout=30, interval=0.05, message="the successor's term")
+        first_new = seen[-1][0]
+        # Keep recording every poll: the old leader must not claim in any of them.
+        wait_until(lambda: leader not in poll(), timeout=5, message="the old leader out")
+        watch_until = time.monotonic() + 0.5  # and not come back: polls for 0.5 s more
+        while time.monotonic() < watch_until:
+            poll()
+        assert stale_claims(seen, leader, epoch) == [], "the old leader claimed after the new"
         wait_until(lambda: workload_acks_after(workload, first_new) >= 2, timeout=60)
     finally:
         workload.stop()
