@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from _common import REPO, BenchError, pdeathsig_prefix
-from _peers_figures import parse_lead
+from _peers_figures import SLOW_DISK, parse_lead, parse_poll_reply
 from _peers_stores import START_TIMEOUT_S, Etcd, log, tail
 
 CANDIDATES = 3
@@ -27,6 +27,8 @@ GRPC_PORT = 6627
 SETTLE_S = 3.0  # after all three are queued: the leader's successor watches it a while
 PAUSE_FACTOR = 1.5  # SIGSTOP held for 1.5 T
 EXIT_TIMEOUT_S = 30.0
+WRITE_CHECK_PATH = "/peers-write-check"  # ZooKeeper
+WRITE_CHECK_KEY = "peers-write-check"  # etcd
 JVM_FLAGS = ("-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 
 
@@ -46,6 +48,8 @@ class Candidate:
     proc: subprocess.Popen[bytes]
     log_path: Path
     reader: threading.Thread | None = None
+    #: Where its answers to the bench's ``poll N`` go: (N, it leads, monotonic s read).
+    on_poll: Callable[[int, bool, float], None] | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -80,6 +84,12 @@ def read_lines(
     with candidate.log_path.open("ab") as out:
         for raw in iter(stream.readline, b""):
             seen = time.time()
+            if raw.startswith(b"poll "):  # an answer to a leadership poll: not logged
+                reply = parse_poll_reply(raw.decode("utf-8", "replace"))
+                if reply is not None and candidate.on_poll is not None:
+                    candidate.on_poll(reply[0], reply[1], time.monotonic())
+                if reply is not None:
+                    continue
             out.write(raw)
             out.flush()
             at = parse_lead(system, raw.decode("utf-8", "replace"), seen, lock_name)
@@ -103,6 +113,7 @@ class World:
     latch_classpath: str
     java: str
     zk_admin: Any  # a kazoo client on loopback
+    zk_pid: int = 0  # the ZooKeeper server's JVM (slow-disk: strace attaches to it)
 
     def command(self, system: str, index: int, name: str) -> list[str]:
         """The candidate's command line, run in namespace ``index``."""
@@ -146,6 +157,33 @@ class World:
     def store_port(self, system: str) -> int:
         return self.etcd_forward_port if system == "etcd" else self.zk_forward_port
 
+    def store_pid(self, system: str) -> int:
+        """The process of the store ``system`` elects on: etcd, or ZooKeeper's JVM."""
+        if system == "etcd":
+            if self.etcd.proc is None or self.etcd.proc.poll() is not None:
+                raise BenchError("etcd is not running")
+            return self.etcd.proc.pid
+        if not self.zk_pid:
+            raise BenchError("no ZooKeeper pid")
+        return self.zk_pid
+
+    def timed_write(self, system: str) -> float:
+        """Seconds one write to ``system``'s store takes, from the bench on loopback (a
+        ZooKeeper ``setData``, an etcd ``put``: both acknowledged after the store's log
+        is synced to disk)."""
+        value = uuid.uuid4().hex.encode()
+        began = time.monotonic()
+        try:
+            if system == "etcd":
+                self.etcd.put(WRITE_CHECK_KEY, value)
+            else:
+                self.zk_admin.ensure_path(WRITE_CHECK_PATH)
+                began = time.monotonic()
+                self.zk_admin.set(WRITE_CHECK_PATH, value)
+        except Exception as e:  # the store's own error: the trial fails, the bench goes on
+            raise BenchError(f"{system}: the timed write failed: {e!r}") from e
+        return time.monotonic() - began
+
 
 @dataclass
 class TrialResult:
@@ -158,10 +196,22 @@ class TrialResult:
     seen_s: float | None  # fault -> the bench read that line
     victim_exit: int | None
     error: str = ""
+    #: slow-disk: the fraction of poll rounds with no candidate claiming (the figure).
+    leaderless: float | None = None
+    #: slow-disk: the write checks, the baseline, rounds, longest stretch and the like.
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def figure(self) -> float | None:
+        """The table's number: the leaderless fraction for slow-disk, else the failover."""
+        return self.leaderless if self.fault == SLOW_DISK else self.failover_s
 
 
 class Trial:
     """Three fresh candidates of one system; one fault on the leader; everything killed."""
+
+    #: The candidates' stdin: slow-disk trials write their polls there.
+    stdin: int = subprocess.DEVNULL
 
     def __init__(self, world: World, system: str, fault: str, round_: int) -> None:
         self.world = world
@@ -183,7 +233,7 @@ class Trial:
                 self.world.command(self.system, index, self.name),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=self.stdin,
                 cwd=REPO,
             )
             candidate = Candidate(index, proc, log_path)
@@ -305,5 +355,7 @@ class Trial:
                 log(f"{self.system}: candidate {c.index} (pid {c.proc.pid}) did not die")
             if c.reader is not None:
                 c.reader.join(5)
-            if c.proc.stdout is not None:
-                c.proc.stdout.close()
+            for pipe in (c.proc.stdout, c.proc.stdin):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()

@@ -22,19 +22,31 @@ the new leader's first "I lead", as that system reports it. Each trial starts th
 candidates on a fresh path, waits until all three are queued in the store and the leader
 has led for a few seconds, injects the fault, and kills whatever is left.
 
+``slow-disk`` is not a failover: for 30 s (``--quick``: 10 s; ``--slow-disk-window``)
+every ``fdatasync``/``fsync`` of the store's process takes 0.9 s (strace's fault
+injection: ZooKeeper's JVM, or etcd), and every 50 ms every candidate is asked whether it
+leads (``this``: gRPC ``GetLeaderAddress`` as its clients ask; Curator and kazoo: their
+own leadership state; etcd: etcdctl holding its lock). The figure is the fraction of
+those rounds in which no candidate claimed, 0 to 1; a write to the store must take 0.9 s
+or more while the fault is on, or the trial fails and the bench exits 1
+(``bench/_peers_slowdisk.py``). Its ZooKeeper is one of its own with ``forceSync=yes``
+(ZooKeeper's default; the other columns' skips fsync); it also needs strace.
+
 ``--quick``: one trial per fault and system; the full run: ``--trials`` (5) rounds,
 interleaved (round i of every system and fault before round i + 1, the systems' order
-rotated each round) so noise hits all alike. Needs root (namespaces, iptables), Java 17
-and etcd 3.4 (Debian's ``etcd-server`` and ``etcd-client``, installed with apt-get when
-missing). Logs on stderr; a table and, last, one JSON line on stdout:
-``{"timeout_s": 20, "rows": {"this": {"graceful": s, ...}, "curator": ..., ...}, ...}``
-(p50 seconds).
+rotated each round) so noise hits all alike. Needs root (namespaces, iptables, ptrace),
+Java 17, strace and etcd 3.4 (Debian's ``etcd-server`` and ``etcd-client``, installed
+with apt-get when missing). Logs on stderr; a table and, last, one JSON line on stdout:
+``{"timeout_s": 20, "rows": {"this": {"graceful": s, ..., "slow-disk": fraction},
+"curator": ..., ...}, ...}`` (p50 seconds; p50 fraction for slow-disk, whose settings
+are under ``"slow_disk"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -55,12 +67,30 @@ from _common import (
     load_1min,
     machine_facts,
 )
-from _peers_figures import result_json, results_table, schedule
+from _peers_figures import SLOW_DISK, result_json, results_table, schedule, strace_command
+from _peers_slowdisk import (
+    ANSWER_S,
+    BASELINE_S,
+    DELAY_S,
+    POLL_S,
+    QUICK_WINDOW_S,
+    SYSCALLS,
+    WINDOW_S,
+    SlowDiskTrial,
+)
 from _peers_stores import Etcd, compile_latch, ensure_etcd, first_line, log, run_quiet
-from _peers_trial import CANDIDATES, PAUSE_FACTOR, Trial, TrialResult, World
+from _peers_trial import (
+    CANDIDATES,
+    PAUSE_FACTOR,
+    WRITE_CHECK_PATH,
+    Trial,
+    TrialResult,
+    World,
+)
 
 SYSTEMS = ("this", "curator", "kazoo", "etcd")
-FAULTS = ("graceful", "sigkill", "sigstop", "partition")
+FAULTS = ("graceful", "sigkill", "sigstop", "partition", SLOW_DISK)
+ZK_SYSTEMS = ("this", "curator", "kazoo")
 DEFAULT_TIMEOUT_S = 20.0  # Storm's storm.zookeeper.session.timeout
 FULL_TRIALS = 5
 # Packages whose uncommitted changes would be part of what "this" measures.
@@ -97,6 +127,7 @@ def run(
     faults: Sequence[str],
     quick: bool,
     keep_logs: bool = False,
+    slow_disk_window_s: float | None = None,
 ) -> dict[str, Any]:
     from kazoo.client import KazooClient
 
@@ -109,6 +140,10 @@ def run(
         raise BenchError(f"kernel partitions need root, ip and iptables: {why_not}")
     if "etcd" in systems:
         ensure_etcd()
+    slow_disk = SLOW_DISK in faults
+    if slow_disk and shutil.which("strace") is None:
+        raise BenchError("slow-disk needs strace (deploy/local/netfilter.sh installs it)")
+    window_s = slow_disk_window_s or (QUICK_WINDOW_S if quick else WINDOW_S)
     began = time.monotonic()
     load_start = load_1min()
     facts = machine_facts()
@@ -159,17 +194,44 @@ def run(
                 java=java,
                 zk_admin=admin,
             )
+            disk_world = world
+            if slow_disk and set(systems) & set(ZK_SYSTEMS):
+                # ZooKeeper as deployed, syncing its log (the other columns' skips it).
+                disk_zk = stack.enter_context(
+                    ZooKeeperCluster(
+                        size=1,
+                        force_sync=True,
+                        max_session_timeout_ms=max(60_000, int(4000 * timeout_s)),
+                    )
+                )
+                disk_forwarder = FaultProxy(
+                    "127.0.0.1", disk_zk.client_ports[0], listen_host=net.gateway
+                ).start()
+                stack.callback(disk_forwarder.stop)
+                disk_admin = KazooClient(hosts=disk_zk.connect_string, timeout=30.0)
+                disk_admin.start(timeout=60)
+                stack.callback(disk_admin.close)
+                stack.callback(disk_admin.stop)
+                disk_admin.ensure_path(WRITE_CHECK_PATH)
+                disk_world = dataclasses.replace(
+                    world,
+                    zk_connect=disk_zk.connect_string,
+                    zk_forward=f"{net.gateway}:{disk_forwarder.port}",
+                    zk_forward_port=disk_forwarder.port,
+                    zk_admin=disk_admin,
+                    zk_pid=disk_zk.pid(0) or 0,
+                )
             plan = schedule(systems, faults, trials)
             for n, (round_, fault, system) in enumerate(plan, 1):
-                result = Trial(world, system, fault, round_).run()
+                if fault == SLOW_DISK:
+                    result = SlowDiskTrial(
+                        disk_world, system, round_, window_s=window_s, delay_s=DELAY_S
+                    ).run()
+                else:
+                    result = Trial(world, system, fault, round_).run()
                 results.append(result)
-                figure = "-" if result.failover_s is None else f"{result.failover_s:.3f} s"
                 log(
-                    f"{n}/{len(plan)} round {round_ + 1} {system:8s} {fault:9s}: {figure} "
-                    f"(read {result.seen_s if result.seen_s is None else round(result.seen_s, 3)})"
-                    f" leader ns {result.leader} -> {result.new_leader}"
-                    + (f" exit {result.victim_exit}" if result.fault == "graceful" else "")
-                    + (f" [{result.error}]" if result.error else "")
+                    f"{n}/{len(plan)} round {round_ + 1} {system:8s} {fault:9s}: {describe(result)}"
                 )
             zk_version = "unknown"
             for line in (srvr(zk_port, timeout=5.0) or "").splitlines():
@@ -183,7 +245,7 @@ def run(
         shutil.rmtree(workdir, ignore_errors=True)
 
     figures: dict[str, dict[str, list[float | None]]] = {
-        s: {f: [r.failover_s for r in results if r.system == s and r.fault == f] for f in faults}
+        s: {f: [r.figure for r in results if r.system == s and r.fault == f] for f in faults}
         for s in systems
     }
     versions = {
@@ -213,7 +275,18 @@ def run(
         "cells: p50 (min-max) over the trials; graceful = SIGTERM (each system's own close); "
         f"sigstop held {PAUSE_FACTOR:g} T; partition = the leader's packets to and from its "
         "store dropped in its network namespace"
+        + (
+            f"; slow-disk = the fraction (0-1) of leadership polls (every candidate every "
+            f"{POLL_S * 1000:g} ms, {ANSWER_S:g} s to answer) with no candidate claiming, "
+            f"during {window_s:g} s of {DELAY_S:g} s fsyncs of the store (strace)"
+            if slow_disk
+            else ""
+        )
     )
+    fault_off = [r for r in results if r.fault == SLOW_DISK and "fault is not on" in r.error]
+    if fault_off:
+        print(f"FAILED: the slow disk was not slow in {len(fault_off)} trial(s): "
+              + "; ".join(r.error for r in fault_off))  # fmt: skip
     print(facts.line())
     print(
         f"load average (1 min) {load_start:.2f} at start, {load_end:.2f} at end; "
@@ -228,6 +301,27 @@ def run(
         order=[f"{r + 1}:{f}:{s}" for r, f, s in schedule(systems, faults, trials)],
         table=table.splitlines(),
         trial_details=[asdict(r) for r in results],
+        **(
+            {
+                "slow_disk": {
+                    "figure": "fraction of poll rounds with no candidate claiming leadership",
+                    "window_s": window_s,
+                    "quick_window": quick and slow_disk_window_s is None,
+                    "full_window_s": WINDOW_S,
+                    "fsync_delay_s": DELAY_S,
+                    "syscalls": list(SYSCALLS),
+                    "strace": " ".join(strace_command(0, DELAY_S, SYSCALLS)).replace(
+                        "-p 0", "-p PID"
+                    ),
+                    "poll_s": POLL_S,
+                    "answer_s": ANSWER_S,
+                    "baseline_s": BASELINE_S,
+                    "zookeeper_force_sync": True,
+                }
+            }
+            if slow_disk
+            else {}
+        ),
         versions=versions,
         git=git,
         machine=facts.as_dict(),
@@ -235,6 +329,29 @@ def run(
         load_1min_end=round(load_end, 2),
         wall_s=round(elapsed, 1),
     )
+
+
+def describe(result: TrialResult) -> str:
+    """One trial's log line after its name."""
+    if result.fault == SLOW_DISK:
+        d = result.detail
+        text = "-" if result.leaderless is None else f"leaderless {result.leaderless:.3f}"
+        if "rounds" in d:
+            text += (
+                f" ({d['leaderless_rounds']}/{d['rounds']} rounds; before the fault "
+                f"{d['baseline_leaderless']} of {d['baseline_rounds']}; longest "
+                f"{d['longest_leaderless_s']} s; claimed by {d['claimants']}; answered in "
+                f"time {d['answered_in_time']}; writes "
+                f"{d['write_before_s']} s before, {d['write_on_s']} / {d['write_end_s']} s "
+                f"on; {d['delayed_syscalls']} syscalls delayed)"
+            )
+    else:
+        text = "-" if result.failover_s is None else f"{result.failover_s:.3f} s"
+        seen = result.seen_s if result.seen_s is None else round(result.seen_s, 3)
+        text += f" (read {seen}) leader ns {result.leader} -> {result.new_leader}"
+        if result.fault == "graceful":
+            text += f" exit {result.victim_exit}"
+    return text + (f" [{result.error}]" if result.error else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-logs", action="store_true", help="keep every candidate's log (a temp folder)"
     )
+    parser.add_argument(
+        "--slow-disk-window",
+        type=float,
+        default=None,
+        help=f"seconds of slow fsyncs per slow-disk trial (default {WINDOW_S:g}, "
+        f"--quick {QUICK_WINDOW_S:g})",
+    )
     args = parser.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
     faults = [f for f in args.faults.split(",") if f]
@@ -268,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown: {', '.join(unknown)}")
     if args.trials < 1:
         parser.error("--trials must be >= 1")
+    if args.slow_disk_window is not None and args.slow_disk_window <= 0:
+        parser.error("--slow-disk-window must be > 0")
     exit_on_sigterm()
     result = run(
         timeout_s=args.timeout,
@@ -276,9 +402,15 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
         quick=args.quick,
         keep_logs=args.keep_logs,
+        slow_disk_window_s=args.slow_disk_window,
     )
     print(json.dumps(result), flush=True)
-    return 0
+    fault_off = [
+        t
+        for t in result["trial_details"]
+        if t["fault"] == SLOW_DISK and "fault is not on" in t["error"]
+    ]
+    return 1 if fault_off else 0
 
 
 if __name__ == "__main__":

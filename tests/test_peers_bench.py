@@ -1,4 +1,5 @@
-"""bench/peers.py's pure parts: the run order, the "I lead" lines, the table and the JSON.
+"""bench/peers.py's pure parts: the run order, the "I lead" lines, the slow-disk column's
+poll rounds, the table and the JSON.
 
 Nothing here starts a store or a candidate (the bench itself does, as root, for minutes).
 """
@@ -6,8 +7,12 @@ Nothing here starts a store or a candidate (the bench itself does, as root, for 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
+import threading
+import time
+from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -124,3 +129,161 @@ def test_table_cells_and_ratio_row(peers: Any) -> None:
     assert "5.714 (etcd)" in ratio and "0.030 (kazoo)" in ratio
     assert peers.format_cell([]) == "-"
     assert peers.format_cell([1.0]) == "1.000"
+
+
+# -- the slow-disk column: the leaderless fraction of poll rounds --------------------------
+
+
+def rounds_of(peers: Any, *claims: str, every: float = 0.05) -> list[Any]:
+    """Rounds from strings such as "L.." (candidate 0 claims, 1 and 2 do not)."""
+    return [
+        peers.PollRound(i * every, tuple(c == "L" for c in round_))
+        for i, round_ in enumerate(claims)
+    ]
+
+
+def test_leaderless_fraction_counts_rounds_with_no_claim(peers: Any) -> None:
+    assert peers.leaderless_fraction(rounds_of(peers, "L..", "L..", ".L.", "..L")) == 0.0
+    assert peers.leaderless_fraction(rounds_of(peers, "...", "...")) == 1.0
+    # Three of ten rounds without a claim; two claims in one round are still a claim.
+    ten = rounds_of(peers, "L..", "...", "...", "L..", "LL.", "...", ".L.", ".L.", ".L.", ".L.")
+    assert peers.leaderless_fraction(ten) == pytest.approx(0.3)
+    assert peers.double_claims(ten) == 1
+    assert peers.claimants(ten) == [0, 1]
+    # Nothing polled is nothing measured, not "always led".
+    assert peers.leaderless_fraction([]) is None
+
+
+def test_only_rounds_sent_while_the_fault_is_on_count(peers: Any) -> None:
+    rounds = rounds_of(peers, "L..", "L..", "...", "...", "L..", "L..", every=1.0)
+    window = peers.in_window(rounds, 2.0, 4.0)  # [on, off): rounds at 2.0 and 3.0
+    assert [r.at for r in window] == [2.0, 3.0]
+    assert peers.leaderless_fraction(window) == 1.0
+    assert peers.leaderless_fraction(peers.in_window(rounds, 0.0, 6.0)) == pytest.approx(2 / 6)
+    assert peers.in_window(rounds, 10.0, 20.0) == []
+
+
+def test_a_claim_counts_only_when_answered_within_the_deadline(peers: Any) -> None:
+    sent = 100.0
+    answers = [(True, 100.999), (True, 101.2), (False, 100.01)]  # in time, late, "follower"
+    assert peers.round_claims(sent, answers, 1.0) == (True, False, False)
+    assert peers.round_answered(sent, answers, 1.0) == (True, False, True)
+    assert peers.round_claims(sent, [None, (True, 101.0)], 1.0) == (False, True)  # at 1 s
+    late_only = peers.PollRound(sent, peers.round_claims(sent, [(True, 101.5), None], 1.0))
+    assert peers.leaderless_fraction([late_only]) == 1.0
+
+
+def test_longest_leaderless_stretch(peers: Any) -> None:
+    rounds = rounds_of(peers, "L..", "...", "...", "...", "L..", "...", every=0.5)
+    assert peers.longest_leaderless_s(rounds) == pytest.approx(1.5)  # 0.5 .. 2.0
+    assert peers.longest_leaderless_s(rounds_of(peers, "L..", "L..")) == 0.0
+    assert peers.longest_leaderless_s(rounds_of(peers, ".L.", "...", "...")) == pytest.approx(0.05)
+
+
+def test_poll_replies_of_the_candidates(peers: Any) -> None:
+    assert peers.parse_poll_reply("poll 12 L 1764079200123\n") == (12, True)
+    assert peers.parse_poll_reply("poll 0 F 1764079200123") == (0, False)
+    assert peers.parse_poll_reply("poll 3 F") == (3, False)
+    assert peers.parse_poll_reply("poll x L 1") is None
+    assert peers.parse_poll_reply("poll 3") is None
+    assert peers.parse_poll_reply("I lead 1764079200123") is None
+
+
+def test_strace_delays_both_syncs_of_every_thread(peers: Any) -> None:
+    assert peers.strace_command(4242, 0.9) == [
+        "strace", "-f", "-e", "trace=fdatasync,fsync",
+        "-e", "inject=fdatasync,fsync:delay_exit=900000", "-p", "4242",
+    ]  # fmt: skip
+    assert "inject=fdatasync:delay_exit=450000" in peers.strace_command(1, 0.45, ("fdatasync",))
+
+
+SLOW = {
+    "this": {"sigkill": [0.6], "slow-disk": [0.912]},
+    "curator": {"sigkill": [16.9], "slow-disk": [0.0]},
+    "kazoo": {"sigkill": [16.9], "slow-disk": [0.0]},
+    "etcd": {"sigkill": [17.1], "slow-disk": [None]},
+}
+
+
+def test_slow_disk_column_in_table_and_json(peers: Any) -> None:
+    table = peers.results_table(SLOW, ("sigkill", "slow-disk"))
+    lines = table.splitlines()
+    assert lines[0].split() == ["system", "sigkill", "s", "slow-disk"]  # a fraction: no unit
+    assert next(line for line in lines if line.startswith("this ")).split()[-1] == "0.912"
+    assert next(line for line in lines if line.startswith("curator")).split()[-1] == "0.000"
+    assert next(line for line in lines if line.startswith("etcd")).split()[-1] == "failed"
+    ratio = next(line for line in lines if line.startswith("this / best peer"))
+    assert ratio.split()[-1] == "-"  # no ratio over a peer at 0
+    result = peers.result_json(20.0, SLOW)
+    assert result["rows"]["this"]["slow-disk"] == 0.912
+    assert result["rows"]["kazoo"]["slow-disk"] == 0.0
+    assert result["rows"]["etcd"]["slow-disk"] is None
+    assert json.loads(json.dumps(result)) == result
+
+
+def test_slow_disk_trials_interleave_the_systems(peers: Any) -> None:
+    order = peers.schedule(SYSTEMS, ("slow-disk",), 2)
+    assert [s for _, _, s in order] == [*SYSTEMS, *SYSTEMS[1:], SYSTEMS[0]]
+
+
+@pytest.fixture(scope="module")
+def slowdisk() -> Any:
+    """bench/_peers_slowdisk.py (its poll clock, no store, no candidate)."""
+    sys.path.append(str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_slowdisk", BENCH / "_peers_slowdisk.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module: ModuleType = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+class FakeAsker:
+    """Answers at once, after ``delay`` s, or never; "leads" from round ``leads_from`` on."""
+
+    def __init__(self, *, leads_from: int | None, delay: float | None = 0.0) -> None:
+        self.leads_from, self.delay = leads_from, delay
+        self.closed = False
+
+    def ask(self, n: int) -> Any:
+        future: Future[Any] = Future()
+        leads = self.leads_from is not None and n >= self.leads_from
+        if self.delay is None:
+            return future  # never answered
+        if self.delay == 0.0:
+            future.set_result((leads, time.monotonic()))
+        else:
+            timer = threading.Timer(
+                self.delay, lambda: future.set_result((leads, time.monotonic()))
+            )
+            timer.daemon = True
+            timer.start()
+        return future
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_polls_on_a_fixed_clock_and_late_answers_are_no_claim(slowdisk: Any) -> None:
+    leader = FakeAsker(leads_from=4)  # claims from its fifth round on
+    slow = FakeAsker(leads_from=0, delay=slowdisk.ANSWER_S + 0.3)  # always too late
+    silent = FakeAsker(leads_from=0, delay=None)
+    polls = slowdisk.Polls([leader, slow, silent]).start()
+    time.sleep(0.6)
+    rounds = polls.stop()
+    assert leader.closed and slow.closed and silent.closed
+    # Every 50 ms for 0.6 s, whatever the answers' pace (1.3 s, never): not one round
+    # waits for the last one's answers.
+    assert 6 <= len(rounds) <= 14
+    assert max(b.at - a.at for a, b in itertools.pairwise(rounds)) < 0.5
+    assert all(r.claims[1:] == (False, False) for r in rounds)
+    assert [r.claims[0] for r in rounds[:6]] == [False] * 4 + [True] * 2
+    fraction = slowdisk.leaderless_fraction(rounds)
+    assert fraction == pytest.approx(4 / len(rounds))
+    # The leader answered every round ("not I" in the first four), the others none in time.
+    assert slowdisk.answered_rounds(rounds) == [len(rounds), 0, 0]

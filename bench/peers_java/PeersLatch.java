@@ -3,7 +3,13 @@
 // Usage: java -cp <wheel jars>:<classes> PeersLatch CONNECT PATH SESSION_MS ID
 // Prints "queued <epoch ms>" once the latch has started and "I lead <epoch ms>" when it
 // becomes leader; SIGTERM runs a shutdown hook that closes the latch (its node is deleted at
-// once: the graceful hand-over) and then the client (its session).
+// once: the graceful hand-over) and then the client (its session). Each "poll N" line on
+// stdin is answered "poll N L <epoch ms>" when latch.hasLeadership(), else "poll N F ..."
+// (bench/peers.py's slow-disk column).
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.util.concurrent.CountDownLatch;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
@@ -52,8 +58,24 @@ public final class PeersLatch {
             say("closed");
             closed.countDown();
         }));
+        Thread polls = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(
+                    new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = in.readLine()) != null) {
+                    String[] parts = line.trim().split(" ");
+                    if (parts.length == 2 && parts[0].equals("poll")) {
+                        say("poll " + parts[1] + (latch.hasLeadership() ? " L" : " F"));
+                    }
+                }
+            } catch (IOException e) {
+                // stdin closed: nobody polls
+            }
+        }, "polls");
+        polls.setDaemon(true);
         client.start();
         latch.start();
+        polls.start();
         say("queued");
         closed.await();
     }
