@@ -24,6 +24,8 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from leader.settings import DEFAULT_BEAT_INTERVAL
+
 log = logging.getLogger(__name__)
 
 LEADER_SERVICE = "nimbus.leader"
@@ -39,7 +41,7 @@ class NimbusHealth(health.HealthServicer):
         connected: Callable[[], bool],
         is_leader: Callable[[], bool],
         running: Callable[[], bool] = lambda: True,
-        recheck: float = 0.2,
+        recheck: float = DEFAULT_BEAT_INTERVAL,
     ) -> None:
         super().__init__()
         self._connected = connected
