@@ -120,20 +120,27 @@ def double_claims(rounds: Sequence[PollRound]) -> int:
     return sum(1 for r in rounds if sum(r.claims) > 1)
 
 
-def longest_leaderless_s(rounds: Sequence[PollRound]) -> float:
-    """Seconds from the first round of a stretch with no claim to the next round with one
-    (or the last round): the longest such stretch, 0 when every round had a claim."""
-    longest, began = 0.0, None
+def leaderless_stretches(rounds: Sequence[PollRound]) -> list[tuple[float, float]]:
+    """Each stretch of rounds with no claim, as (its first round's time, seconds from there
+    to the next round with a claim, or to the last round)."""
+    stretches: list[tuple[float, float]] = []
+    began: float | None = None
     for r in rounds:
         if not any(r.claims):
             began = r.at if began is None else began
             continue
         if began is not None:
-            longest = max(longest, r.at - began)
+            stretches.append((began, r.at - began))
         began = None
-    if began is not None and rounds:
-        longest = max(longest, rounds[-1].at - began)
-    return longest
+    if began is not None:
+        stretches.append((began, rounds[-1].at - began))
+    return stretches
+
+
+def longest_leaderless_s(rounds: Sequence[PollRound]) -> float:
+    """Seconds of the longest stretch with no claim (:func:`leaderless_stretches`), 0 when
+    every round had one."""
+    return max((length for _, length in leaderless_stretches(rounds)), default=0.0)
 
 
 def claimants(rounds: Sequence[PollRound]) -> list[int]:

@@ -46,6 +46,7 @@ from _peers_figures import (
     double_claims,
     in_window,
     leaderless_fraction,
+    leaderless_stretches,
     longest_leaderless_s,
     round_answered,
     round_claims,
@@ -372,6 +373,11 @@ class SlowDiskTrial(Trial):
             baseline_rounds=len(baseline),
             baseline_leaderless=None if before is None else round(before, 4),
             longest_leaderless_s=round(longest_leaderless_s(window), 3),
+            # (seconds after strace attached, length), the first ten
+            leaderless_stretches=[
+                (round(at - on_at, 2), round(length, 2))
+                for at, length in leaderless_stretches(window)[:10]
+            ],
             double_claim_rounds=double_claims(window),
             claimants=claimants(window),
             answered_in_time=answered_rounds(window),

@@ -340,7 +340,8 @@ def describe(result: TrialResult) -> str:
             text += (
                 f" ({d['leaderless_rounds']}/{d['rounds']} rounds; before the fault "
                 f"{d['baseline_leaderless']} of {d['baseline_rounds']}; longest "
-                f"{d['longest_leaderless_s']} s; claimed by {d['claimants']}; answered in "
+                f"{d['longest_leaderless_s']} s, stretches (s after the fault, length) "
+                f"{d['leaderless_stretches']}; claimed by {d['claimants']}; answered in "
                 f"time {d['answered_in_time']}; writes "
                 f"{d['write_before_s']} s before, {d['write_on_s']} / {d['write_end_s']} s "
                 f"on; {d['delayed_syscalls']} syscalls delayed)"

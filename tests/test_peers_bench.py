@@ -176,6 +176,7 @@ def test_a_claim_counts_only_when_answered_within_the_deadline(peers: Any) -> No
 def test_longest_leaderless_stretch(peers: Any) -> None:
     rounds = rounds_of(peers, "L..", "...", "...", "...", "L..", "...", every=0.5)
     assert peers.longest_leaderless_s(rounds) == pytest.approx(1.5)  # 0.5 .. 2.0
+    assert peers.leaderless_stretches(rounds) == [(0.5, 1.5), (2.5, 0.0)]
     assert peers.longest_leaderless_s(rounds_of(peers, "L..", "L..")) == 0.0
     assert peers.longest_leaderless_s(rounds_of(peers, ".L.", "...", "...")) == pytest.approx(0.05)
 
