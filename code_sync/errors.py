@@ -31,3 +31,13 @@ class PackageNotFound(CodeSyncError):
 
 class StoreError(CodeSyncError):
     """Local disk trouble (disk full, I/O error, damaged file); the store is left clean."""
+
+
+class PushUnverifiable(CodeSyncError):
+    """A package pushed by a peer that this replica cannot verify: the cluster state names
+    no such digest for that topology (no holder registered it, its record says another).
+    Refused before any byte is read."""
+
+
+class PushBusy(CodeSyncError):
+    """This replica is receiving as many pushed packages as it takes at once."""

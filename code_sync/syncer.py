@@ -35,6 +35,7 @@ from code_sync import held as held_index
 from code_sync.errors import CodeSyncError, PackageRejected, StoreError
 from code_sync.gate import CodeGate
 from code_sync.peer import fetch_from_peer
+from code_sync.push import PushReceiver
 from code_sync.store import CodeStore
 from fencing import FencingError, Membership
 
@@ -109,6 +110,11 @@ class CodeSyncer:
             code_wait=code_wait,
             clock=clock,
             request_pass=self.request_pass,
+        )
+        # Packages the leader pushes (``PushCode``) land in the same store and register
+        # the same node as a download; a pass then takes them in.
+        self.push_receiver = PushReceiver(
+            client, paths, replica_id, store, on_stored=self.request_pass
         )
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()

@@ -38,6 +38,10 @@ class Cut(enum.Enum):
     #: Connections from one peer to the replica's gRPC port answered with a TCP reset,
     #: as if nothing listened: the false positive of the successor's preemption probe.
     REFUSE_PEER = "peer refused"
+    #: ``REFUSE_PEER`` for every other replica at once (a NetworkPolicy that lets clients
+    #: in but not the other replicas): they cannot pull code from this replica, forward to
+    #: it or probe it, while its own connections to them, clients and ZooKeeper pass.
+    REFUSE_PEERS = "peers refused"
     #: The replica cannot reach any other replica's gRPC port (code downloads, forwarding,
     #: probes), while clients and ZooKeeper still reach it.
     PEERS_GRPC = "gRPC to peers"
@@ -151,9 +155,19 @@ class KernelNet:
         if what is Cut.REFUSE_PEER:
             if peer < 0 or not grpc_port:
                 raise ValueError("refusing a peer needs its index and the gRPC port")
-            source = self.hosts[peer].address
-            host.iptables("-A", "INPUT", "-s", source, "-p", "tcp", "--dport", str(grpc_port),
-                          "-j", "REJECT", "--reject-with", "tcp-reset")  # fmt: skip
+            self._refuse(host, self.hosts[peer].address, grpc_port)
+        if what is Cut.REFUSE_PEERS:
+            if not grpc_port:
+                raise ValueError("refusing the peers needs the gRPC port")
+            for other in self.hosts:
+                if other is not host:
+                    self._refuse(host, other.address, grpc_port)
+
+    @staticmethod
+    def _refuse(host: Host, source: str, grpc_port: int) -> None:
+        """Answer ``source``'s connections to ``host``'s gRPC port with a TCP reset."""
+        host.iptables("-A", "INPUT", "-s", source, "-p", "tcp", "--dport", str(grpc_port),
+                      "-j", "REJECT", "--reject-with", "tcp-reset")  # fmt: skip
 
     def heal(self, i: int) -> None:
         """Remove every rule in replica ``i``'s namespace (connections are left as they are)."""

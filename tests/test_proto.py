@@ -272,10 +272,12 @@ def test_service_surface() -> None:
             "GetTopology",
             "GetClusterSummary",
             "DownloadCode",
+            "PushCode",
         ]
     )
     assert methods["SubmitTopology"].client_streaming
     assert methods["DownloadCode"].server_streaming
+    assert methods["PushCode"].client_streaming and not methods["PushCode"].server_streaming
     assert callable(rpc.add_NimbusServicer_to_server)
     assert hasattr(rpc, "NimbusStub") and hasattr(rpc, "NimbusServicer")
 

@@ -245,6 +245,15 @@ REQUESTS = st.one_of(
         st.integers(-(2**63), 2**63 - 1),
     ),
     st.builds(
+        lambda h: ("PushCode", h),
+        st.builds(
+            pb.PushCodeHeader,
+            topology_id=st.one_of(NAMES, st.just("wc-1-1")),
+            digest=st.one_of(st.text(max_size=70), st.just("0" * 64)),
+            size=st.integers(-(2**63), 2**63 - 1),
+        ),
+    ),
+    st.builds(
         lambda h: ("SubmitTopology", h),
         st.builds(
             pb.SubmitHeader,
@@ -264,6 +273,8 @@ def call(stub: rpc.NimbusStub, method: str, request: Any) -> tuple[grpc.StatusCo
     try:
         if method == "SubmitTopology":
             stub.SubmitTopology(iter([pb.SubmitTopologyRequest(header=request)]), timeout=10)
+        elif method == "PushCode":
+            stub.PushCode(iter([pb.PushCodeRequest(header=request)]), timeout=10)
         elif method == "DownloadCode":
             list(stub.DownloadCode(request, timeout=10))
         else:

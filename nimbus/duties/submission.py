@@ -30,6 +30,7 @@ from cluster.apierror import ApiError
 from cluster.names import check_digest, check_name, topology_id
 from cluster.reads import live_replicas, read_holders_of
 from code_sync.errors import PackageRejected, StoreError
+from code_sync.pusher import PUSH_RETRY_S, PushRound, push_delay
 from code_sync.store import CodeStore
 from fencing import (
     Create,
@@ -52,6 +53,7 @@ from nimbus.duties.requests import OnDivergentServer, recall_confirmed, remember
 log = logging.getLogger(__name__)
 
 CurrentWriter = Callable[[], FencedWriter | None]
+NewPushRound = Callable[[str, str], PushRound]  # (topology id, digest)
 VERDICTS_KEPT = 256
 
 
@@ -65,8 +67,10 @@ class Submitter:
         current_writer: CurrentWriter,
         wall_s: Callable[[], float] = time.time,
         on_divergent_server: OnDivergentServer | None = None,
+        push_round: NewPushRound | None = None,
     ) -> None:
         self._on_divergent = on_divergent_server
+        self._push_round = push_round or (lambda tid, digest: PushRound(store, tid, digest))
         self._client = client
         self._config = config
         self._paths = config.paths
@@ -113,7 +117,7 @@ class Submitter:
         own_node = self._paths.code_holder(new_id, self._config.replica_id)
         self._membership.hold(own_node, stored.digest.encode())
         try:
-            holders = self._await_replicas(new_id, writer)
+            holders = self._await_replicas(new_id, stored.digest, writer)
             base = records.StormBase(
                 name=name,
                 status=records.ACTIVE,
@@ -293,8 +297,13 @@ class Submitter:
             return self._config.min_replicas
         return max(1, min(2, len(live_replicas(self._client, self._paths))))
 
-    def _await_replicas(self, new_id: str, writer: FencedWriter) -> list[str]:
-        """Block until the required replicas hold the package, leadership permitting."""
+    def _await_replicas(self, new_id: str, digest: str, writer: FencedWriter) -> list[str]:
+        """Block until the required replicas hold the package, leadership permitting.
+
+        The followers pull it; those still without it after ``push_delay`` get it pushed
+        (``code_sync.pusher``): over our own connections, which a rule refusing the other
+        replicas on our port leaves open.
+        """
         required = self.required_copies()
         changed = threading.Event()
         done = threading.Event()
@@ -306,24 +315,44 @@ class Submitter:
             return False if done.is_set() else None
 
         ChildrenWatch(self._client, self._paths.code_holders(new_id), on_children)
-        deadline = time.monotonic() + self._config.replication_wait
+        wait = self._config.replication_wait
+        deadline = time.monotonic() + wait
+        push_at = time.monotonic() + push_delay(wait)
+        pushes = self._push_round(new_id, digest)
+        acknowledged = False
         try:
             while len(current) < required:
                 if writer.token.cancelled:
                     raise NotLeaderError(f"leadership ended ({writer.token.why})")
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     raise ApiError(
                         grpc.StatusCode.ABORTED,
                         f"only {len(current)} of the required {required} "
-                        f"replicas hold the code after {self._config.replication_wait:g}s; "
+                        f"replicas hold the code after {wait:g}s; "
                         "the topology was not activated",
                     )
+                if now >= push_at:
+                    self._push(pushes, set(current), remaining)
+                    push_at = now + PUSH_RETRY_S
                 changed.wait(min(remaining, 0.5))
                 changed.clear()
+            acknowledged = True
             return sorted(current)
         finally:
             done.set()
+            pushes.close(cancel=not acknowledged)
+
+    def _push(self, pushes: PushRound, holders: set[str], remaining: float) -> None:
+        """Push to every live replica not registered as a holder yet (none in flight)."""
+        try:
+            live = live_replicas(self._client, self._paths)
+        except KazooException as e:  # the wait loop sees real trouble; try at the next offer
+            log.info("no push this time, cannot list the replicas: %s", e)
+            return
+        targets = live - holders - {self._config.replica_id}
+        pushes.offer(targets, timeout=max(remaining, 1.0))
 
     def _abandon(self, new_id: str, own_node: str, writer: FencedWriter) -> None:
         """Leave nothing half-made: drop every holder registration of ``new_id``."""

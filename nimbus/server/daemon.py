@@ -205,7 +205,10 @@ class NimbusDaemon:
         lifecycle = Lifecycle(
             self.client, self.paths, current_writer=writer, on_divergent_server=leave
         )
-        api = DaemonTopologyApi(self.client, self.paths, self.store, submitter, lifecycle)
+        pushed = self.syncer.push_receiver  # PushCode: what the leader sends us
+        api = DaemonTopologyApi(
+            self.client, self.paths, self.store, submitter, lifecycle, receiver=pushed
+        )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
                 replica_id=config.replica_id,

@@ -40,6 +40,8 @@ class TopologyApi(Protocol):
 
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]: ...
 
+    def push(self, requests: Iterator[pb.PushCodeRequest]) -> pb.PushCodeResponse: ...
+
 
 class NimbusServicer(rpc.NimbusServicer):
     """Serves discovery on every replica; leader-only calls only on the leader.
@@ -215,6 +217,14 @@ class NimbusServicer(rpc.NimbusServicer):
             yield from chunks
         except ApiError as e:
             context.abort(e.code, e.message)
+
+    def PushCode(
+        self, request_iterator: Iterator[pb.PushCodeRequest], context: grpc.ServicerContext
+    ) -> pb.PushCodeResponse:
+        """A package the leader sends to this replica while a submit waits for replicas
+        (``code_sync.push``); served by every replica."""
+        api = self._require_api(context, "PushCode")
+        return self._call(context, lambda: api.push(request_iterator))
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The daemon's topology calls: submit (leader), list, describe and download (any replica)."""
+"""The daemon's topology calls: submit (leader), list, describe, download and push (any replica)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from cluster.api import pb, records
 from cluster.apierror import ApiError
 from cluster.names import check_digest
 from cluster.paths import Paths
-from code_sync.errors import PackageNotFound, StoreError
+from code_sync.errors import (
+    PackageNotFound,
+    PackageRejected,
+    PushBusy,
+    PushUnverifiable,
+    StoreError,
+)
+from code_sync.push import PushReceiver
 from code_sync.store import CodeStore
+from fencing import MembershipError
 from nimbus.duties.lifecycle import Lifecycle
 from nimbus.duties.submission import Submitter
 from nimbus.server import topologies
@@ -29,8 +37,11 @@ class DaemonTopologyApi:
         store: CodeStore,
         submitter: Submitter,
         lifecycle: Lifecycle,
+        *,
+        receiver: PushReceiver | None = None,
     ) -> None:
         self._client = client
+        self._receiver = receiver
         self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/server/security)
         self.activate = lifecycle.activate
         self.deactivate = lifecycle.deactivate
@@ -73,3 +84,24 @@ class DaemonTopologyApi:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"package {digest} is gone: {e}") from e
         except StoreError as e:
             raise ApiError(grpc.StatusCode.DATA_LOSS, f"package {digest} is damaged: {e}") from e
+
+    def push(self, requests: Iterator[pb.PushCodeRequest]) -> pb.PushCodeResponse:
+        """A package the leader sends us (``code_sync.push``), its refusals as statuses."""
+        if self._receiver is None:
+            raise ApiError(grpc.StatusCode.UNIMPLEMENTED, "PushCode is not served by this server")
+        try:
+            return self._receiver.accept(requests)
+        except PackageRejected as e:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"push refused: {e}") from e
+        except PushUnverifiable as e:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"push refused: {e}") from e
+        except PushBusy as e:
+            raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)) from e
+        except StoreError as e:
+            raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"cannot store: {e}") from e
+        except MembershipError as e:
+            raise ApiError(
+                grpc.StatusCode.UNAVAILABLE, f"stored, but could not register: {e}"
+            ) from e
+        except grpc.RpcError as e:  # the sender's stream ended under us (it cancelled)
+            raise ApiError(grpc.StatusCode.CANCELLED, "the sender ended the push") from e

@@ -288,3 +288,29 @@ class CodeChunk(_message.Message):
     total_size: int
     digest: str
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., total_size: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class PushCodeHeader(_message.Message):
+    __slots__ = ("topology_id", "digest", "size")
+    TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    topology_id: str
+    digest: str
+    size: int
+    def __init__(self, topology_id: _Optional[str] = ..., digest: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class PushCodeRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: PushCodeHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[PushCodeHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class PushCodeResponse(_message.Message):
+    __slots__ = ("replica", "already_held")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_HELD_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    already_held: bool
+    def __init__(self, replica: _Optional[str] = ..., already_held: _Optional[bool] = ...) -> None: ...

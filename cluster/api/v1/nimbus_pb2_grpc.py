@@ -89,6 +89,11 @@ class NimbusStub:
                 request_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.DownloadCodeRequest.SerializeToString,
                 response_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.CodeChunk.FromString,
                 _registered_method=True)
+        self.PushCode = channel.stream_unary(
+                '/storm.nimbus.v1.Nimbus/PushCode',
+                request_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeRequest.SerializeToString,
+                response_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeResponse.FromString,
+                _registered_method=True)
 
 
 class NimbusServicer:
@@ -170,6 +175,18 @@ class NimbusServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PushCode(self, request_iterator, context):
+        """Replica to replica: the leader, while a submit waits for replicas, sends a package to
+        a replica that has not registered it, over the leader's own outbound connection (the
+        path left open when the replicas cannot reach the leader's port to pull it). A header
+        first, then the bytes in chunks. The receiver takes only a digest the cluster state
+        names for that topology (a holder's /code-distributor node, or its /storms record),
+        verifies it, stores it and registers itself as a holder, as after a download.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NimbusServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -227,6 +244,11 @@ def add_NimbusServicer_to_server(servicer, server):
                     servicer.DownloadCode,
                     request_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.DownloadCodeRequest.FromString,
                     response_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.CodeChunk.SerializeToString,
+            ),
+            'PushCode': grpc.stream_unary_rpc_method_handler(
+                    servicer.PushCode,
+                    request_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeRequest.FromString,
+                    response_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -526,6 +548,33 @@ class Nimbus:
             '/storm.nimbus.v1.Nimbus/DownloadCode',
             nimbus_dot_api_dot_v1_dot_nimbus__pb2.DownloadCodeRequest.SerializeToString,
             nimbus_dot_api_dot_v1_dot_nimbus__pb2.CodeChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushCode(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/storm.nimbus.v1.Nimbus/PushCode',
+            nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeRequest.SerializeToString,
+            nimbus_dot_api_dot_v1_dot_nimbus__pb2.PushCodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

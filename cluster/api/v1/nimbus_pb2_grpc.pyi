@@ -61,6 +61,14 @@ class NimbusStub:
     """Streams a code package by digest; replicas use it to sync code from a peer, workers
     to fetch what they run. `offset` lets an interrupted download resume.
     """
+    PushCode: _grpc.StreamUnaryMultiCallable[_nimbus_pb2.PushCodeRequest, _nimbus_pb2.PushCodeResponse]
+    """Replica to replica: the leader, while a submit waits for replicas, sends a package to
+    a replica that has not registered it, over the leader's own outbound connection (the
+    path left open when the replicas cannot reach the leader's port to pull it). A header
+    first, then the bytes in chunks. The receiver takes only a digest the cluster state
+    names for that topology (a holder's /code-distributor node, or its /storms record),
+    verifies it, stores it and registers itself as a holder, as after a download.
+    """
 
 @_typing.type_check_only
 class NimbusAsyncStub(NimbusStub):
@@ -86,6 +94,14 @@ class NimbusAsyncStub(NimbusStub):
     DownloadCode: _aio.UnaryStreamMultiCallable[_nimbus_pb2.DownloadCodeRequest, _nimbus_pb2.CodeChunk]  # type: ignore[assignment]
     """Streams a code package by digest; replicas use it to sync code from a peer, workers
     to fetch what they run. `offset` lets an interrupted download resume.
+    """
+    PushCode: _aio.StreamUnaryMultiCallable[_nimbus_pb2.PushCodeRequest, _nimbus_pb2.PushCodeResponse]  # type: ignore[assignment]
+    """Replica to replica: the leader, while a submit waits for replicas, sends a package to
+    a replica that has not registered it, over the leader's own outbound connection (the
+    path left open when the replicas cannot reach the leader's port to pull it). A header
+    first, then the bytes in chunks. The receiver takes only a digest the cluster state
+    names for that topology (a holder's /code-distributor node, or its /storms record),
+    verifies it, stores it and registers itself as a holder, as after a download.
     """
 
 class NimbusServicer(metaclass=_abc_1.ABCMeta):
@@ -175,6 +191,20 @@ class NimbusServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_nimbus_pb2.CodeChunk], _abc.AsyncIterator[_nimbus_pb2.CodeChunk]]:
         """Streams a code package by digest; replicas use it to sync code from a peer, workers
         to fetch what they run. `offset` lets an interrupted download resume.
+        """
+
+    @_abc_1.abstractmethod
+    def PushCode(
+        self,
+        request_iterator: _MaybeAsyncIterator[_nimbus_pb2.PushCodeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_nimbus_pb2.PushCodeResponse, _abc.Awaitable[_nimbus_pb2.PushCodeResponse]]:
+        """Replica to replica: the leader, while a submit waits for replicas, sends a package to
+        a replica that has not registered it, over the leader's own outbound connection (the
+        path left open when the replicas cannot reach the leader's port to pull it). A header
+        first, then the bytes in chunks. The receiver takes only a digest the cluster state
+        names for that topology (a holder's /code-distributor node, or its /storms record),
+        verifies it, stores it and registers itself as a holder, as after a download.
         """
 
 def add_NimbusServicer_to_server(servicer: NimbusServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
