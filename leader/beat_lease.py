@@ -76,9 +76,12 @@ class BeatLease:
 
     def latency(self, now: float) -> float:
         """The longest round trip remembered, or the oldest beat's wait, if longer."""
+        return max(self.round_trip(now), self.oldest_in_flight_age(now))
+
+    def round_trip(self, now: float) -> float:
+        """The longest round trip of the beats answered in the last ``memory`` seconds."""
         self._prune(now)
-        rtt = max((sample for _, sample in self._samples), default=0.0)
-        return max(rtt, self.oldest_in_flight_age(now))
+        return max((sample for _, sample in self._samples), default=0.0)
 
     def _prune(self, now: float) -> None:
         while self._samples and self._samples[0][0] < now - self._memory:

@@ -206,8 +206,7 @@ class Beater:
 
     def _pipeline_limit(self, now: float) -> float:
         """How old the oldest beat in flight may get before no more are sent."""
-        remembered = max(0.0, self._meter.latency(now) - self._meter.oldest_in_flight_age(now))
-        return max(PIPELINE_FLOOR, LEASE_PER_LATENCY * remembered)
+        return max(PIPELINE_FLOOR, LEASE_PER_LATENCY * self._meter.round_trip(now))
 
     def _answered_now(self, beat: _InFlight) -> None:
         """kazoo's callback thread: hand the reply to the loop, never block."""

@@ -31,16 +31,18 @@ DEFAULT_SILENCE_WINDOW = 2.0
 #: The shortest claim a beat announces (L_base): seconds the leader claims leadership after
 #: *sending* an acknowledged beat while ZooKeeper answers fast. A beat announces more when
 #: the latency its beats observe grows (``leader.beat_lease``).
-DEFAULT_LEADER_LEASE = 0.4
+DEFAULT_LEADER_LEASE = 0.6
 #: Bound on how much faster or slower two replicas' monotonic clocks may run (rho).
 CLOCK_RATE_BOUND = 1e-3
 #: Seconds the longest unfenced action may take after a claim check (T_op): a gRPC
 #: answer, a pod label PATCH (its timeout), a health reply. Not a client's deadline.
-MAX_UNFENCED_ACTION = 0.4
+MAX_UNFENCED_ACTION = 0.2
 #: A beat announces this many times the latency its sender's beats observe (k): under a
 #: uniformly slow ZooKeeper a beat is acknowledged about 2 fsyncs after its send and the
-#: next acknowledgement comes an fsync later, so the claim must outlast about 3 fsyncs.
-LEASE_PER_LATENCY = 3.0
+#: next acknowledgement comes an fsync later, so the claim must outlast about 3 fsyncs;
+#: at a slow spell's onset the latency is known only from the oldest beat's wait, and
+#: fsync batches come irregularly (measured: 3 missed the claim by 0.15-0.35 s).
+LEASE_PER_LATENCY = 4.0
 #: Seconds an observed latency is remembered: the lease shrinks back this long after a
 #: slow spell, not at the first fast reply (a disk that stalls once often stalls again).
 LATENCY_MEMORY = 10.0
