@@ -16,6 +16,17 @@ measured:
 Run from the repo root: ``python bench/chaos.py [--trials 20] [--faults a,b] [--quick]``
 (``--quick``: 2 trials of each fault). ``disk-full-follower`` mounts a small tmpfs per
 replica and needs root; without it that fault is skipped and says so.
+
+A slow ZooKeeper disk (issue 41), selected by name only: ``--faults zk-slow-disk@0.9`` (any
+``zk-slow-disk@D``; the rows ``@0.45``, ``@0.9``, ``@2``): every fsync of every server
+delayed by D seconds for 30 s (strace's fault injection on the JVMs; needs root and
+``strace``); the run's ensemble then syncs its log (``forceSync=yes``). Its line adds
+``slow_disk``: failovers (epoch changes), the longest stretch with no replica claiming
+(every replica polled every 50 ms), the fraction of poll rounds with none claiming during
+the stall, whether the longest stretch is the one at the stall's start (and the longest
+after it), and the workload's submits made during the stall: acknowledged and scheduled
+(a supervisor without workers offers slots). A write that takes less than D during the
+stall fails the trial: the stall did not work.
 """
 
 from __future__ import annotations
@@ -35,9 +46,10 @@ from typing import Any
 from _common import REPO, machine_facts, percentile
 
 from devtools.zkserver import ZooKeeperCluster
+from tests.chaos import slow_disk
 from tests.chaos.availability import TARGETS, met, window
 from tests.chaos.history import Call, Fault, History
-from tests.chaos.nemesis import FAULTS
+from tests.chaos.nemesis import FAULTS, SLOW_DISK_ROWS, fault_kind, slow_disk_figures
 from tests.chaos.runner import RunResult, run_fault
 
 RESULTS = REPO / "bench" / "results"
@@ -64,7 +76,7 @@ def figures(result: RunResult) -> dict[str, Any]:
     verdicts = [met(target, w, T) for w in windows]
     calls = result.history.calls
     failovers = [f.failover_s for f in result.faults if f.failover_s is not None]
-    return {
+    line = {
         "trials": len(result.faults),
         "recovered": sum(f.recovered for f in result.faults),
         "violations": {k: len(v) for k, v in result.violations.items()},
@@ -83,6 +95,40 @@ def figures(result: RunResult) -> dict[str, Any]:
             "fail": sum(c.outcome == "fail" for c in calls),
             "unknown": sum(c.outcome == "unknown" for c in calls),
         },
+    }
+    stalls = [(f, slow_disk_figures(f)) for f in result.faults]
+    if any(figs is not None for _, figs in stalls):
+        line["slow_disk"] = slow_disk_line(result, [(f, s) for f, s in stalls if s is not None])
+    return line
+
+
+def slow_disk_line(result: RunResult, stalls: list[tuple[Fault, dict[str, Any]]]) -> dict[str, Any]:
+    """A slow-disk row's own figures, over its trials, and each trial's."""
+    polls = [s["polls"] for _, s in stalls if "polls" in s]
+    fractions = [p["no_claim_fraction_during"] for p in polls]
+    fractions = [x for x in fractions if x is not None]
+    submits = [s["submits_in_stall"] for _, s in stalls if "submits_in_stall" in s]
+    writes = [s[k] for _, s in stalls for k in ("write_at_start_s", "write_at_end_s") if k in s]
+    return {
+        "failovers": sum(max(0, f.epoch_after - f.epoch_before) for f, _ in stalls),
+        "longest_no_claim_s": max((p["longest_no_claim_s"] for p in polls), default=None),
+        "longest_at_start_s": max((p["longest_at_start_s"] for p in polls), default=None),
+        "longest_after_start_s": max((p["longest_after_start_s"] for p in polls), default=None),
+        "longest_is_at_start": sum(1 for p in polls if p["longest_is_at_start"]),
+        "no_claim_fraction_during_mean": (
+            round(sum(fractions) / len(fractions), 3) if fractions else None
+        ),
+        "no_claim_fraction_during_max": max(fractions, default=None),
+        "double_claims": sum(len(p["double_claims"]) for p in polls),
+        "failed_calls": sum(c.outcome != "ok" for c in result.history.calls),
+        "submits_in_stall": sum(s["started"] for s in submits),
+        "submits_in_stall_acknowledged": sum(s["acknowledged"] for s in submits),
+        "submits_in_stall_scheduled": sum(s["scheduled"] for s in submits),
+        "submits_in_stall_unscheduled_live": sum(s.get("unscheduled_live", 0) for s in submits),
+        "write_under_stall_min_s": min(writes, default=None),
+        "syncs_delayed": sum(s.get("syncs_delayed", 0) for _, s in stalls),
+        "nemesis_errors": [f.note for f, _ in stalls if f.note],
+        "trials": [{"epochs": [f.epoch_before, f.epoch_after], **s} for f, s in stalls],
     }
 
 
@@ -118,6 +164,35 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
             f"{h['p50']} / {h['max']} | {f['leader_changes']} | "
             f"{f['target']} | {met_text} |"
         )
+    stalls = {n: f["slow_disk"] for n, f in report["faults"].items() if "slow_disk" in f}
+    if stalls:
+        lines += [
+            "",
+            "Slow ZooKeeper disk (every fsync of every server delayed by D for 30 s): failovers "
+            "(new terms); the longest stretch with no replica claiming (every replica polled "
+            "every 50 ms), the longest that began within max(1 s, 2D) of the stall's start and "
+            "the longest after; trials whose longest is the one at the start; the fraction of "
+            "poll rounds with none claiming during the stall; the workload's submits made "
+            "during the stall, acknowledged and scheduled (in brackets: acknowledged, not "
+            "killed by the workload, and never scheduled); the shortest timed write during "
+            "the stall (>= D: the stall worked).",
+            "",
+            "| fault | failovers | longest no-claim (s) | at start / after (s) | at start "
+            "| no-claim rounds mean / max | failed calls | stall submits acked / scheduled "
+            "| write under stall min (s) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, sd in stalls.items():
+            lines.append(
+                f"| {name} | {sd['failovers']} | {sd['longest_no_claim_s']} | "
+                f"{sd['longest_at_start_s']} / {sd['longest_after_start_s']} | "
+                f"{sd['longest_is_at_start']}/{len(sd['trials'])} | "
+                f"{sd['no_claim_fraction_during_mean']} / {sd['no_claim_fraction_during_max']} | "
+                f"{sd['failed_calls']} | {sd['submits_in_stall_acknowledged']}/"
+                f"{sd['submits_in_stall']} / {sd['submits_in_stall_scheduled']} "
+                f"({sd['submits_in_stall_unscheduled_live']}) | "
+                f"{sd['write_under_stall_min_s']} |"
+            )
     notes = report.get("notes", [])
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
@@ -196,7 +271,12 @@ def main() -> int:
     _interrupt_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help=f"comma-separated (default: every fault); also {', '.join(SLOW_DISK_ROWS)} "
+        "(any zk-slow-disk@D)",
+    )
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true", help="2 trials of each fault")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -221,6 +301,13 @@ def main() -> int:
     args = parser.parse_args()
     trials = 2 if args.quick else args.trials
     names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    unknown = [n for n in names if fault_kind(n) is None]
+    if unknown:
+        parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)} (any zk-slow-disk@D)")
+    # A slow disk slows only a ZooKeeper that syncs its log: then it syncs for the whole run.
+    slow = any(slow_disk.parse(n) is not None for n in names)
+    if slow and slow_disk.available() is not None:
+        parser.error(f"slow-disk faults cannot be made here: {slow_disk.available()}")
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
         "session_timeout_s": args.session_timeout,
@@ -229,7 +316,10 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "finished": "",
         "faults": {},
-        "notes": list(args.note),
+        "notes": list(args.note)
+        + (
+            ["ZooKeeper synced its log (forceSync=yes) in this run: slow-disk rows"] if slow else []
+        ),
     }
     results: list[RunResult] = []
     report_json = args.out / f"{args.name}.json"
@@ -247,7 +337,10 @@ def main() -> int:
     with (
         # With --keep-logs the servers' data (transaction logs) is kept too, for forensics.
         ZooKeeperCluster(
-            size=3, base_dir=args.keep_logs / "zookeeper" if args.keep_logs else None
+            size=3,
+            base_dir=args.keep_logs / "zookeeper" if args.keep_logs else None,
+            force_sync=slow,
+            extra_config=(slow_disk.FSYNC_WARNING_CONFIG,) if slow else (),
         ) as zk,
         contextlib.nullcontext(str(args.keep_logs))
         if args.keep_logs is not None
