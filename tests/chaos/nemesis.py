@@ -465,6 +465,11 @@ def _slow_disk(delay: float) -> Inject:
                 polls.rounds(), t0 + f.start, t0 + f.healed, t0 + n.history.now(), delay
             )
             figures["submits_in_stall"] = _stall_submits(n, f, admin)
+            figures["failed_in_stall"] = [
+                f"{c.kind} at {c.start - f.start:+.1f} s: {c.code} {c.detail[:160]}"
+                for c in n.history.snapshot()
+                if c.outcome != "ok" and f.start <= c.start <= f.healed
+            ][:10]
         finally:
             polls.stop()
             supervisor.stop()
