@@ -34,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
 
 from cluster.api import records
 from cluster.paths import Paths
@@ -421,11 +422,24 @@ def run_slow_disk_trial(
     ``LEADER_FAULT_AFTER_S`` into the stall. A write timed from the admin client at the
     stall's start and end must take at least the delay, or ``trial.error`` says the stall
     did not work."""
+    leader, epoch = _healthy_and_acknowledging(cluster, workload)
+    admin = slow_disk.probe_client(cluster.zk.connect_string)
+    try:
+        return _slow_disk_trial(cluster, workload, spec, leader, epoch, admin)
+    finally:
+        slow_disk.close_client(admin)
+
+
+def _slow_disk_trial(
+    cluster: KernelCluster,
+    workload: CliWorkload,
+    spec: slow_disk.SlowDisk,
+    leader: int,
+    epoch: int,
+    admin: KazooClient,
+) -> Trial:
     T = cluster.session_timeout
     delay = spec.delay
-    leader, epoch = _healthy_and_acknowledging(cluster, workload)
-    admin = cluster.admin()
-    slow_disk.ensure_probe_node(admin)
     trial = Trial(spec.name, leader, epoch, start=time.time())
     trial.details.update(delay_s=delay, stall_s=slow_disk.STALL_S, then=spec.then)
     stall = slow_disk.FsyncStall(cluster.zk.pids(), delay, cluster.workdir / "strace")
@@ -451,8 +465,8 @@ def run_slow_disk_trial(
         took = slow_disk.timed_write(admin)
         trial.details["write_at_end_s"] = round(took, 3)
         slow_disk.check_stalled(took, delay, "at the stall's end")
-    except slow_disk.FsyncStallError as e:
-        trial.error = str(e)
+    except (slow_disk.FsyncStallError, KazooException) as e:  # recorded, and loudly reported
+        trial.error = f"{type(e).__name__}: {e}"
     finally:
         stall.stop()
         trial.details.update(

@@ -425,7 +425,7 @@ def _slow_disk(delay: float) -> Inject:
         during the stall fails the trial: the stall did not work."""
         cluster, zk = n.cluster, n.cluster.zk
         admin = cluster.admin()
-        slow_disk.ensure_probe_node(admin)
+        timer = slow_disk.probe_client(f"{zk.connect_string}{cluster.chroot}")
         figures: dict[str, Any] = {"delay_s": delay, "stall_s": slow_disk.STALL_S}
         _SLOW_DISK_FIGURES[id(f)] = (f, figures)
         f.target = f"every fsync of zk nodes {list(range(zk.size))} +{delay:g} s"
@@ -442,11 +442,11 @@ def _slow_disk(delay: float) -> Inject:
             try:
                 stall.start()
                 n.mark(f)
-                took = slow_disk.timed_write(admin)
+                took = slow_disk.timed_write(timer)
                 figures["write_at_start_s"] = round(took, 3)
                 slow_disk.check_stalled(took, delay, "at the stall's start")
                 n.hold(max(0.0, f.start + slow_disk.STALL_S - 2 * delay - n.history.now()))
-                took = slow_disk.timed_write(admin)
+                took = slow_disk.timed_write(timer)
                 figures["write_at_end_s"] = round(took, 3)
                 slow_disk.check_stalled(took, delay, "at the stall's end")
             finally:
@@ -455,7 +455,7 @@ def _slow_disk(delay: float) -> Inject:
                 figures["syncs_delayed"] = stall.delayed()
             warned = logs.fsync_warnings()
             figures["zk_fsync_warnings"] = {"count": len(warned), "max_ms": max(warned, default=0)}
-            figures["write_after_s"] = round(slow_disk.timed_write(admin), 3)
+            figures["write_after_s"] = round(slow_disk.timed_write(timer), 3)
             with contextlib.suppress(AssertionError):  # the trial's own wait judges recovery
                 cluster.wait_healthy(60)
             n.hold(SLOW_DISK_TAIL_S)
@@ -473,6 +473,7 @@ def _slow_disk(delay: float) -> Inject:
         finally:
             polls.stop()
             supervisor.stop()
+            slow_disk.close_client(timer)
 
     return run
 

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError
 
+from cluster.factory import make_kazoo_client
 from tests.chaos.kernel_ensemble import Poll, double_claims, leaderless
 
 #: How long the stall is held, whatever the delay.
@@ -51,6 +52,8 @@ FSYNC_WARNING = re.compile(r"fsync-ing the write ahead log in (\S+) took (\d+)ms
 FSYNC_WARNING_CONFIG = "fsync.warningthresholdms=200"
 #: The node the admin client times its writes on (outside the cluster's root).
 PROBE_NODE = "/chaos-slow-disk-probe"
+#: The session of that client (seconds).
+PROBE_SESSION_S = 30.0
 
 
 class FsyncStallError(RuntimeError):
@@ -195,17 +198,37 @@ class FsyncStall:
         )
 
 
-def ensure_probe_node(client: KazooClient) -> None:
+def probe_client(hosts: str) -> KazooClient:
+    """A started client for :func:`timed_write`, with :data:`PROBE_NODE` made. Its session
+    is long (``PROBE_SESSION_S``): kazoo drops a connection whose ping goes unanswered for
+    a third of the session, and under the stall pings wait behind the syncs (two of them
+    and more on an ensemble), so a 10 s session loses its connection at D = 2 s."""
+    client = make_kazoo_client(hosts, session_timeout=PROBE_SESSION_S)
+    client.start(timeout=60)
     with contextlib.suppress(NodeExistsError):
         client.create(PROBE_NODE, b"")
+    return client
 
 
-def timed_write(client: KazooClient, timeout: float = 120.0) -> float:
-    """Seconds one small ``set`` on :data:`PROBE_NODE` took, from send to acknowledgement."""
-    ensure_probe_node(client)
-    began = time.monotonic()
-    client.set_async(PROBE_NODE, str(time.time()).encode()).get(timeout=timeout)
-    return time.monotonic() - began
+def close_client(client: KazooClient) -> None:
+    with contextlib.suppress(Exception):
+        client.stop()
+        client.close()
+
+
+def timed_write(client: KazooClient, timeout: float = 120.0, attempts: int = 3) -> float:
+    """Seconds one small ``set`` on :data:`PROBE_NODE` took, from send to acknowledgement
+    (of the attempt that succeeded: one cut by a lost connection is sent again)."""
+    for attempt in range(attempts):
+        began = time.monotonic()
+        try:
+            client.set_async(PROBE_NODE, str(time.time()).encode()).get(timeout=timeout)
+        except ConnectionLoss:
+            if attempt == attempts - 1:
+                raise
+            continue
+        return time.monotonic() - began
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def check_stalled(took: float, delay: float, what: str) -> None:

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from cluster.factory import make_kazoo_client
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos import slow_disk
 from tests.chaos.kernel_ensemble import Poll
@@ -44,13 +43,11 @@ def synced_zookeeper(tmp_path: Path) -> Iterator[tuple[ZooKeeperCluster, KazooCl
         force_sync=True,
         extra_config=(slow_disk.FSYNC_WARNING_CONFIG,),
     ).start()
-    client = make_kazoo_client(zk.connect_string, session_timeout=10.0)
     try:
-        client.start(timeout=30)
+        client = slow_disk.probe_client(zk.connect_string)
         yield zk, client
+        slow_disk.close_client(client)
     finally:
-        client.stop()
-        client.close()
         zk.stop()
 
 
@@ -96,16 +93,14 @@ def test_the_fsync_stall_slows_every_write_and_is_gone_after(
 def test_a_stall_on_a_zookeeper_without_fsync_is_caught(tmp_path: Path) -> None:
     """``forceSync=no``: nothing to delay, and the check says so rather than measuring."""
     with ZooKeeperCluster(size=1, base_dir=tmp_path / "zk") as zk:
-        client = make_kazoo_client(zk.connect_string, session_timeout=10.0)
-        client.start(timeout=30)
+        client = slow_disk.probe_client(zk.connect_string)
         try:
             with slow_disk.FsyncStall(zk.pids(), DELAY, tmp_path / "strace"):
                 took = slow_disk.timed_write(client)
             with pytest.raises(slow_disk.FsyncStallError):
                 slow_disk.check_stalled(took, DELAY, "no fsync")
         finally:
-            client.stop()
-            client.close()
+            slow_disk.close_client(client)
 
 
 def test_the_accept_and_close_server_closes_every_connection() -> None:
