@@ -49,7 +49,8 @@ from devtools.zkserver import ZooKeeperCluster
 from tests.chaos import slow_disk
 from tests.chaos.availability import TARGETS, met, window
 from tests.chaos.history import Call, Fault, History
-from tests.chaos.nemesis import FAULTS, SLOW_DISK_ROWS, fault_kind, slow_disk_figures
+from tests.chaos.nemesis import FAULTS
+from tests.chaos.nemesis_slow_disk import SLOW_DISK_ROWS, fault_kind, slow_disk_figures
 from tests.chaos.runner import RunResult, run_fault
 
 RESULTS = REPO / "bench" / "results"

@@ -2,8 +2,8 @@
 
 Stands for a proxy (or a load balancer) in front of a live process whose backend does not
 answer: a connect succeeds, then the connection is closed before a byte is exchanged. The
-kernel fault ``accept-close-proxy`` (``tests/chaos/kernel_faults.py``) redirects the other
-replicas' connections to the leader's gRPC port here, inside the leader's network
+kernel fault ``accept-close-proxy`` (``tests/chaos/kernel_faults_extra.py``) redirects the
+other replicas' connections to the leader's gRPC port here, inside the leader's network
 namespace.
 
 Run: ``python -m devtools.acceptclose --port P [--host H]``; prints ``listening H:P`` once

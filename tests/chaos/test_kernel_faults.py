@@ -20,7 +20,8 @@ from devtools.netns import Cut, available
 from tests.chaos.checkers import stale_claims
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
-from tests.chaos.kernel_faults import Trial, lost_or_duplicated, measure, run_trial
+from tests.chaos.kernel_faults import lost_or_duplicated, measure, run_trial
+from tests.chaos.kernel_trial import Trial
 from tests.chaos.txnlog import read_txns, s1_txnlog
 from tests.replica_fixtures import package
 from tests.waiting import wait_until
