@@ -34,14 +34,12 @@ from collections.abc import Callable
 
 from cluster.server_move import Move, ServerMover
 from leader.heartbeat import BeatAck, Beater
-from leader.settings import BeatSettings
+from leader.settings import LATENCY_MEMORY, BeatSettings
 
 log = logging.getLogger(__name__)
 
 #: A beat counts as stalled once unanswered this many times the recent round trip.
 STALL_PER_LATENCY = 2.0
-#: Seconds an acknowledged beat's round trip is remembered.
-LATENCY_MEMORY = 10.0
 
 
 class StallRule:
