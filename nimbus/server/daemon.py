@@ -207,7 +207,7 @@ class NimbusDaemon:
         )
         pushed = self.syncer.push_receiver  # PushCode: what the leader sends us
         api = DaemonTopologyApi(
-            self.client, self.paths, self.store, submitter, lifecycle, receiver=pushed
+            self.bulk_client, self.paths, self.store, submitter, lifecycle, receiver=pushed
         )
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(

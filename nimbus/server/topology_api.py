@@ -30,9 +30,14 @@ DOWNLOAD_CHUNK = 1024 * 1024
 
 
 class DaemonTopologyApi:
+    """``reads`` is the bulk-read session, not the election one: ZooKeeper answers one
+    session's requests in order, so a read on the election session waits behind the beats
+    in flight, which a slow disk holds for seconds each (a ``list`` of a few topologies
+    then outlived the CLI's deadline)."""
+
     def __init__(
         self,
-        client: KazooClient,
+        reads: KazooClient,
         paths: Paths,
         store: CodeStore,
         submitter: Submitter,
@@ -40,7 +45,7 @@ class DaemonTopologyApi:
         *,
         receiver: PushReceiver | None = None,
     ) -> None:
-        self._client = client
+        self._client = reads
         self._receiver = receiver
         self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/server/security)
         self.activate = lifecycle.activate
