@@ -1,8 +1,10 @@
 """The SPIN model of election and fencing (model/election.pml), tied to the code.
 
 The model's timing constants must be the code's defaults (leader/settings.py), so a change
-of H, P, L, T_op or rho that the model has not been checked with fails here; and
-``model/check`` must pass on the model and fail, naming the property, on each planted bug.
+of H, P, L_base, T_op, rho or k that the model has not been checked with fails here; its
+whole-tick bounds are recomputed here in exact arithmetic, with the margins finer than a
+tick that the model cannot see; and ``model/check`` must pass on the model and fail,
+naming the property, on each planted bug.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from leader.settings import (
     DEFAULT_BEAT_INTERVAL,
     DEFAULT_LEADER_LEASE,
     DEFAULT_SILENCE_WINDOW,
+    LEASE_PER_LATENCY,
     MAX_UNFENCED_ACTION,
+    BeatSettings,
     margin_holds,
+    short_window,
 )
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "model"
 MODEL = MODEL_DIR / "election.pml"
 CHECK = MODEL_DIR / "check"
-#: One full check compiles three verifiers; generous for a loaded CI machine.
-CHECK_TIMEOUT = 280
+#: One full check compiles three verifiers and takes about 45 s on two idle cores (most of
+#: it the two-fault search: about 6 million states); generous for a loaded CI machine.
+CHECK_TIMEOUT = 300
 
 needs_spin = pytest.mark.skipif(
     shutil.which("spin") is None or shutil.which("gcc") is None,
@@ -63,25 +69,65 @@ def test_model_timing_is_the_codes() -> None:
     assert Fraction(d["L_MS"], 1000) == seconds(DEFAULT_LEADER_LEASE)
     assert Fraction(d["TOP_MS"], 1000) == seconds(MAX_UNFENCED_ACTION)
     assert Fraction(1, d["RHO_INV"]) == seconds(CLOCK_RATE_BOUND)
+    assert d["K_LAT"] == seconds(LEASE_PER_LATENCY)
     # the ratios the model's behaviour depends on
     h = seconds(DEFAULT_BEAT_INTERVAL)
     assert Fraction(d["P_MS"], d["H_MS"]) == seconds(DEFAULT_SILENCE_WINDOW) / h
     assert Fraction(d["L_MS"], d["H_MS"]) == seconds(DEFAULT_LEADER_LEASE) / h
 
 
+def short_ms(lease_ms: int, d: dict[str, int]) -> Fraction:
+    """S_v = (L_v*(1+rho) + T_op)/(1-rho), in ms, exactly."""
+    rho = Fraction(1, d["RHO_INV"])
+    return (lease_ms * (1 + rho) + d["TOP_MS"]) / (1 - rho)
+
+
+def ticks(ms: Fraction, d: dict[str, int]) -> int:
+    """A duration in ms as whole ticks, rounded up."""
+    return -(-ms // d["TICK_MS"])
+
+
 def test_model_margin_is_the_protocols() -> None:
-    """The margin in exact arithmetic, and as the model's whole ticks (its PLO, CLAIM_END)."""
+    """The margins in exact arithmetic, and as the model's whole ticks (PLO, CEND, SLO)."""
     d = model_defines()
     rho = Fraction(1, d["RHO_INV"])
     p, lease, t_op = (Fraction(d[k], 1000) for k in ("P_MS", "L_MS", "TOP_MS"))
     assert lease * (1 + rho) + t_op <= p * (1 - rho)
     assert margin_holds(leader_lease=DEFAULT_LEADER_LEASE, silence_window=DEFAULT_SILENCE_WINDOW)
-    # the model's derived bounds (election.pml: PLO, CLAIM_END, H_TICKS), recomputed
-    tick, rho_inv = d["TICK_MS"], d["RHO_INV"]
-    plo = ceil_div(d["P_MS"] * rho_inv, (rho_inv + 1) * tick)
-    claim_end = ceil_div((d["L_MS"] + d["TOP_MS"]) * rho_inv, (rho_inv - 1) * tick)
-    assert claim_end <= plo
-    assert ceil_div(d["H_MS"], tick) == 1, "the model beats once a tick"
+    # the short window of a replica heard dead: still the whole claim and T_op, shorter
+    # than P, and what the code computes
+    s_base = short_ms(d["L_MS"], d) / 1000
+    assert lease * (1 + rho) + t_op <= s_base * (1 - rho)
+    assert s_base <= p * (1 - rho)
+    assert abs(short_window(DEFAULT_LEADER_LEASE) - float(s_base)) < 1e-9
+    code = BeatSettings()
+    assert code.dead_window(DEFAULT_LEADER_LEASE) == pytest.approx(float(s_base))
+    assert code.window(DEFAULT_LEADER_LEASE) == pytest.approx(float(p))
+    # the model's derived bounds (election.pml: PLO, LMAX, CEND, SLO, WLO), recomputed
+    plo = ticks(Fraction(d["P_MS"]) / (1 + rho), d)
+    for lease_ms, cls in ((d["L_MS"], "B"), (d["LL_MS"], "L")):
+        lmax = ticks(Fraction(lease_ms) / (1 - rho), d) - 1
+        cend = ticks((Fraction(lease_ms) + d["TOP_MS"]) / (1 - rho), d)
+        slo = ticks(short_ms(lease_ms, d) / (1 + rho), d)
+        assert d[f"SLO_{cls}"] == slo, f"SLO_{cls} is not the short window in ticks"
+        # a claim and its unfenced action end no later than the short window fires (and
+        # so than W_v = max(P, S_v))
+        assert cend <= slo
+        if cls == "B":
+            assert cend <= plo  # the margin L*(1+rho) + T_op <= P*(1-rho), in ticks
+        # and in exact arithmetic, for the model's value as for any other
+        lease_s, short_s = Fraction(lease_ms, 1000), short_ms(lease_ms, d) / 1000
+        assert lease_s * (1 + rho) + t_op <= short_s * (1 - rho)
+        assert code.window(float(lease_s)) == pytest.approx(float(max(p, short_s)))
+        if cls == "L":
+            # LONG outlives the SLOW round trip (so a slow ZooKeeper still has a leader),
+            # and its window is longer than P (so both branches of W_v are exercised)
+            assert lmax >= d["D_SLOW"] + 1
+            assert short_ms(lease_ms, d) > d["P_MS"]
+    assert ceil_div(d["H_MS"], d["TICK_MS"]) == 1, "the model beats once a tick"
+    assert d["K_LAT"] * d["TICK_MS"] > d["L_MS"], "a beat in flight for a tick announces LONG"
+    assert d["D_SLOW"] * d["TICK_MS"] > d["L_MS"], "a SLOW ZooKeeper answers after L_base"
+    assert d["H_MS"] < d["L_MS"] < d["LL_MS"]
     assert d["H_MS"] < d["L_MS"] < d["P_MS"]
 
 
@@ -119,6 +165,14 @@ PLANTED = {
     "PLANT_OFFICE_NOT_BEAT": "VIOLATED: one-claim",
     "PLANT_LEASE_FROM_ACK": "VIOLATED: one-claim",
     "PLANT_BEAT_BEHIND_GATE": "VIOLATED: no-false-failover",
+    # DESIGN item 9: false evidence and latency
+    "PLANT_REFUSED_IS_DEAD": "VIOLATED: no-false-failover",
+    "PLANT_CLOSE_IS_DEATH": "VIOLATED: no-false-failover",
+    "PLANT_FIXED_LEASE": "property violated: live",
+    "PLANT_LEASE_SHRINKS": "VIOLATED: one-claim",
+    "PLANT_FIXED_WINDOW": "VIOLATED: one-claim",
+    "PLANT_SHORT_WITHOUT_TOP": "VIOLATED: one-claim",
+    "PLANT_OWN_GAP_LEASE": "VIOLATED: no-false-failover",
 }
 
 
