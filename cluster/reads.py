@@ -34,9 +34,12 @@ def read_storms_versioned(
     """``read_storms`` with each record's znode version (the shape of the record cache's
     ``versioned_items``)."""
     storms: dict[str, tuple[records.StormBase, int]] = {}
-    for topology_id in children_of(client, paths.storms):
+    # Sent together, answered together: one round trip for all, not one each (a slow
+    # ZooKeeper holds every read for an fsync or two).
+    reads = [(tid, client.get_async(paths.storm(tid))) for tid in children_of(client, paths.storms)]
+    for topology_id, read in reads:
         try:
-            data, stat = client.get(paths.storm(topology_id))
+            data, stat = read.get()
             storms[topology_id] = (records.StormBase.FromString(data), int(stat.version))
         except NoNodeError:
             continue

@@ -60,10 +60,11 @@ def margin_holds(*, leader_lease: float, silence_window: float) -> bool:
 
 
 def short_window(lease: float) -> float:
-    """``(L_v*(1+rho) + T_op) / (1-rho)``: once a beat that announced ``lease`` stays the
+    """``(L_v + T_op)*(1+rho) / (1-rho)``: once a beat that announced ``lease`` stays the
     last one seen for this long (on our clock), its sender's claim, and any unfenced action
-    begun under it, is over on every clock within the rate bound."""
-    return (lease * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION) / (1 - CLOCK_RATE_BOUND)
+    begun under it, is over on every clock within the rate bound (T_op too is timed on the
+    sender's clock, as the SPIN model pointed out: 0.2 ms at the defaults)."""
+    return (lease + MAX_UNFENCED_ACTION) * (1 + CLOCK_RATE_BOUND) / (1 - CLOCK_RATE_BOUND)
 
 
 @dataclass(frozen=True)

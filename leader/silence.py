@@ -126,9 +126,15 @@ class SilenceMachine:
             self._own_lease = max(self._s.leader_lease, lease or 0.0)
 
     def _own_gap(self) -> float:
-        """Our own beats count as lapsed after a gap of our own current claim: it follows
-        our own latency, so beats that are slow but steady still count."""
-        return self._own_lease
+        """Our own beats count as lapsed after a gap of our own current claim, so beats
+        that are slow but steady still count; but never after more than the claim the
+        watched beat announced. The SPIN model found why: a replica whose own claim grew
+        (it was paused, and remembers a long round trip) would otherwise sit through a
+        stall of ZooKeeper longer than the leader's window without restarting its own,
+        and when ZooKeeper answered again, preempt a leader that beat throughout (the
+        leader's beats were held with everyone's). Both windows exceed L_v by T_op."""
+        announced = self._s.leader_lease if self._announced is None else self._announced
+        return max(self._s.leader_lease, min(self._own_lease, announced))
 
     # -- the decision -------------------------------------------------------------------
 

@@ -53,10 +53,10 @@
  *    each at least a tick long; margins finer than a tick are tests/test_model.py's, in
  *    exact arithmetic. That is why 400 ms ticks do for L_base = 600 ms: the claim is valid
  *    at ages 0 and 1 (a state at age a stands for real ages in [a, a+1) ticks), the short
- *    window at L_base (801.4 ms: 800.6 ms on the fastest clock) is 3 ticks and so is the
- *    claim's end with T_op (800.8 ms, T_op too timed on the slowest clock: rho*T_op =
- *    0.2 ms later, far below a tick); the test checks the design's margin
- *    S_v*(1-rho) >= L_v*(1+rho) + T_op exactly.
+ *    window at L_base (801.6 ms: 800.8 ms on the fastest clock) is 3 ticks and so is the
+ *    claim's end with T_op (800.8 ms on the slowest clock: S_v = (L_v + T_op)(1+rho)/(1-rho)
+ *    times T_op on the sender's clock too, as this model pointed out); the test checks the
+ *    design's margin S_v*(1-rho) >= (L_v + T_op)*(1+rho) exactly.
  *    H = 200 ms is one beat a tick (rounded up: no property needs the second; fewer beats
  *    only delay: a beat a tick keeps an L_base claim valid).
  *  - The announced lease takes two values: BASE = L_base, and LONG = 2.4 s, the least
@@ -193,8 +193,8 @@
 #define LMAX_OF(ms) (((ms) * RHO_INV + (RHO_INV - 1) * TICK_MS - 1) / ((RHO_INV - 1) * TICK_MS) - 1)
 #define CEND_OF(ms) ((((ms) + TOP_MS) * RHO_INV + (RHO_INV - 1) * TICK_MS - 1) / ((RHO_INV - 1) * TICK_MS))
 #ifndef PLANT_SHORT_WITHOUT_TOP
-#define SLO_B     3     /* S at L_base = 801.4 ms: 2.0015 ticks on a fast clock */
-#define SLO_L     7     /* S at LONG = 2605.0 ms: 6.506 ticks */
+#define SLO_B     3     /* S at L_base = (600 + 200)*(1+rho)/(1-rho) = 801.6 ms: 2.0020 ticks on a fast clock */
+#define SLO_L     7     /* S at LONG = 2605.2 ms: 6.507 ticks */
 #else
 #define SLO_B     2     /* planted: L*(1+rho)/(1-rho) = 601.2 ms, 1.5015 ticks */
 #define SLO_L     7     /* 2404.8 ms, 6.006 ticks */

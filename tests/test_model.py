@@ -77,9 +77,10 @@ def test_model_timing_is_the_codes() -> None:
 
 
 def short_ms(lease_ms: int, d: dict[str, int]) -> Fraction:
-    """S_v = (L_v*(1+rho) + T_op)/(1-rho), in ms, exactly."""
+    """S_v = (L_v + T_op)*(1+rho)/(1-rho), in ms, exactly (T_op too is timed on the
+    sender's clock)."""
     rho = Fraction(1, d["RHO_INV"])
-    return (lease_ms * (1 + rho) + d["TOP_MS"]) / (1 - rho)
+    return (lease_ms + d["TOP_MS"]) * (1 + rho) / (1 - rho)
 
 
 def ticks(ms: Fraction, d: dict[str, int]) -> int:
@@ -97,7 +98,7 @@ def test_model_margin_is_the_protocols() -> None:
     # the short window of a replica heard dead: still the whole claim and T_op, shorter
     # than P, and what the code computes
     s_base = short_ms(d["L_MS"], d) / 1000
-    assert lease * (1 + rho) + t_op <= s_base * (1 - rho)
+    assert (lease + t_op) * (1 + rho) <= s_base * (1 - rho)
     assert s_base <= p * (1 - rho)
     assert abs(short_window(DEFAULT_LEADER_LEASE) - float(s_base)) < 1e-9
     code = BeatSettings()

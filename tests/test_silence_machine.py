@@ -174,7 +174,7 @@ def test_nimbus_serve_config_refuses_a_set_breaking_the_rule() -> None:
 def claim_end(announced: float) -> float:
     """Seconds after the beat's receipt by which its sender's claim and any unfenced action
     begun under it are over, on the slowest clock the rate bound allows."""
-    return (announced * (1 + CLOCK_RATE_BOUND) + MAX_UNFENCED_ACTION) / (1 - CLOCK_RATE_BOUND)
+    return (announced + MAX_UNFENCED_ACTION) * (1 + CLOCK_RATE_BOUND) / (1 - CLOCK_RATE_BOUND)
 
 
 def test_the_window_follows_the_claim_the_beat_announced() -> None:
@@ -300,3 +300,24 @@ def test_the_onset_of_a_slow_spell_is_not_silence() -> None:
     m.own_beat(sent, clock.now, DEFAULT_LEADER_LEASE)
     run(m, clock, P - 0.1)
     assert m.decide(clock()).verdict is Verdict.WATCHING
+
+
+def test_a_long_own_claim_does_not_sit_through_a_stall_longer_than_the_leaders_window() -> None:
+    """The SPIN model's counterexample (PLANT_OWN_GAP_LEASE): we were paused once and
+    remember a long round trip, so our own beats announce 2.4 s; the leader's announce
+    0.6 s (window P). ZooKeeper stalls for 2.4 s, holding everyone's beats: our own-gap
+    allowance must be the leader's claim, not ours, or the stall passes for silence."""
+    clock = Clock()
+    m = SilenceMachine(BeatSettings())
+    m.connection(True, clock())
+    m.watch(LEADER, clock())
+    m.own_beat(clock() - 0.01, clock(), 2.4)
+    m.saw(LEADER, 7, clock(), DEFAULT_LEADER_LEASE)
+    stalled_at = clock.now
+    for _ in range(12):  # 2.4 s of stall: nobody's beat is answered
+        clock.now += 0.2
+        assert m.decide(clock()).verdict is not Verdict.SILENT
+    m.own_beat(stalled_at + 0.1, clock.now, 2.4)  # the stall ends: ours comes back late
+    assert m.decide(clock()).verdict is not Verdict.SILENT
+    m.own_beat(clock.now - 0.01, clock.now, 2.4)  # and the next one on time
+    assert m.decide(clock()).verdict is Verdict.WATCHING, "the window starts again"
