@@ -86,6 +86,7 @@ class SilenceWatch:
         )
         self._guard = threading.Lock()  # inputs come from kazoo's threads and the beater
         self._stale = True  # the target's beat node must be read again
+        self._owner: tuple[str, int] | None = None  # a lock node and its session
         # The target must be proved at the quorum (a new one, or after a reconnect: the
         # server we came back to may show a node the quorum lacks, ZOOKEEPER-4837/-5010).
         self._verify = True
@@ -191,13 +192,43 @@ class SilenceWatch:
             version, announced = self._read_beat(target, watch=True)
             with self._guard:
                 self._machine.saw(target, version, self._clock(), announced)
+        dead = target is not None and self._dead(target, address, fresh=False)
         with self._guard:
             if target is not None:
-                self._machine.peer_dead(target, self._dead(address))
+                self._machine.peer_dead(target, dead)
             return self._machine.decide(self._clock())
 
-    def _dead(self, address: str | None) -> bool:
-        return address is not None and self._link is not None and self._link.dead(address)
+    def _dead(self, target: str, address: str | None, *, fresh: bool) -> bool:
+        """The target's process is heard dead: its link closed and reconnects failing, or
+        a new process serves its address (``_replaced``)."""
+        if address is None or self._link is None:
+            return False
+        return self._link.dead(address) or self._replaced(target, address, fresh=fresh)
+
+    def _replaced(self, target: str, address: str, *, fresh: bool) -> bool:
+        """``/nimbuses/<address>`` belongs to another session than ``target`` (a pod
+        restarted in place: its connects succeed, so its link is never heard dead). From
+        the cache and one read of the lock node's owner per target while watching; from
+        ZooKeeper itself, after a sync, before acting on it (a cache can hold a
+        registration replaced while it was disconnected, which once deposed a live
+        leader)."""
+        if fresh:
+            deadline = self._deadline()
+            self._client.sync_async(self._paths.nimbuses).get(timeout=deadline)
+            held = self._client.exists_async(target).get(timeout=deadline)
+            node = self._client.exists_async(self._paths.nimbus(address)).get(timeout=deadline)
+            return (
+                held is not None
+                and node is not None
+                and (int(held.ephemeralOwner) != int(node.ephemeralOwner))
+            )
+        if self._owner is None or self._owner[0] != target:
+            stat = self._client.exists(target)
+            if stat is None:
+                return False
+            self._owner = (target, int(stat.ephemeralOwner))
+        registered = self._cache.nimbus_session(address)
+        return registered is not None and registered != self._owner[1]
 
     def _read_beat(self, target: str, *, watch: bool) -> tuple[int | None, float | None]:
         """The beat node's version and the claim it announced (None, None: no node). The
@@ -256,9 +287,13 @@ class SilenceWatch:
         now = self._clock()
         with self._guard:
             self._machine.saw(target, current_version, now, announced)
-            # The evidence again, just before the delete: the link may have come back.
-            self._machine.peer_dead(target, self._dead(self._address_of(target)))
             again = self._machine.decide(now)
+        if again.short:
+            # The evidence again, from ZooKeeper and the link, just before the delete.
+            dead = self._dead(target, self._address_of(target), fresh=True)
+            with self._guard:
+                self._machine.peer_dead(target, dead)
+                again = self._machine.decide(self._clock())
         if again.verdict is not Verdict.SILENT or again.version != version:
             log.info("%s: %s beat again (or we lost touch): not preempted", self._id, target)
             return True  # not an error: decide afresh at once
@@ -281,8 +316,8 @@ class SilenceWatch:
         leading = current is not None and current.lock_node == target
         who = f"leader {current.holder} (epoch {current.epoch})" if leading and current else target
         seen = "no beat node" if version == ABSENT else f"beat version {version} unchanged"
-        dead = ", its process heard dead (link closed, reconnects failing)" if again.short else ""
-        evidence = f"{who} silent: {seen} for the window{dead}"
+        heard = ", heard dead (link closed and refused, or a new process at its address)"
+        evidence = f"{who} silent: {seen} for the window{heard if again.short else ''}"
         log.warning("%s: preempted %s", self._id, evidence)
         if self._on_preempt is not None:
             self._on_preempt(evidence)
