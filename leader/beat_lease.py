@@ -3,11 +3,12 @@
 A fixed claim L ends every claim once a write takes longer than L: a ZooKeeper whose fsync
 takes 0.45 s (it only warns at 1 s) then left the cluster with no leader for as long as it
 was slow. Instead each beat announces, in its own data, how long its sender will claim on
-it: ``k * latency``, between L_base and a ceiling, where latency is the longest round trip
-of the beats acknowledged in the last ``memory`` seconds or the age of the oldest beat still
-in flight, whichever is longer. The replica behind reads the announcement with the beat's
-version and waits at least what it announced (``BeatSettings.window``), so the claim can
-grow without breaking ``L_v*(1+rho) + T_op <= W_v*(1-rho)``.
+it: ``k`` times the longest round trip of the beats acknowledged in the last ``memory``
+seconds, or, while the oldest beat still in flight has waited clearly longer than that,
+``k_wait`` times its wait (a slow spell's onset), between L_base and a ceiling. The
+replica behind reads the announcement with the beat's version and waits at least what it
+announced (``BeatSettings.window``), so the claim can grow without breaking
+``(L_v + T_op)*(1+rho) <= W_v*(1-rho)``.
 
 Two rules keep that sound across beats: an announcement never ends earlier than one made
 before it (a claim's end only moves forward with the version, so the last version seen
@@ -22,7 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 
-from leader.settings import LATENCY_MEMORY, LEASE_PER_LATENCY
+from leader.settings import LATENCY_MEMORY, LEASE_PER_LATENCY, LEASE_PER_WAIT, ONSET_WAIT
 
 
 class BeatLease:
@@ -34,6 +35,7 @@ class BeatLease:
         base: float,
         ceiling: float,
         per_latency: float = LEASE_PER_LATENCY,
+        per_wait: float = LEASE_PER_WAIT,
         memory: float = LATENCY_MEMORY,
     ) -> None:
         if not 0 < base <= ceiling:
@@ -41,6 +43,7 @@ class BeatLease:
         self.base = base
         self.ceiling = ceiling
         self._k = per_latency
+        self._k_wait = per_wait
         self._memory = memory
         self._samples: collections.deque[tuple[float, float]] = collections.deque()  # (acked, rtt)
         self._in_flight: collections.deque[float] = collections.deque()  # send times, in order
@@ -49,7 +52,9 @@ class BeatLease:
     def announce(self, now: float) -> float:
         """The claim, in seconds from ``now``, of a beat sent at ``now``; recorded as in
         flight. Never ends before an earlier announcement's end."""
-        lease = min(self.ceiling, max(self.base, self._k * self.latency(now)))
+        rtt, wait = self.round_trip(now), self.oldest_in_flight_age(now)
+        want = self._k_wait * wait if wait > ONSET_WAIT * rtt else self._k * rtt
+        lease = min(self.ceiling, max(self.base, want))
         lease = max(lease, self._announced_until - now)
         self._announced_until = now + lease
         self._in_flight.append(now)

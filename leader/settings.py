@@ -37,12 +37,18 @@ CLOCK_RATE_BOUND = 1e-3
 #: Seconds the longest unfenced action may take after a claim check (T_op): a gRPC
 #: answer, a pod label PATCH (its timeout), a health reply. Not a client's deadline.
 MAX_UNFENCED_ACTION = 0.2
-#: A beat announces this many times the latency its sender's beats observe (k): under a
-#: uniformly slow ZooKeeper a beat is acknowledged about 2 fsyncs after its send and the
-#: next acknowledgement comes an fsync later, so the claim must outlast about 3 fsyncs;
-#: at a slow spell's onset the latency is known only from the oldest beat's wait, and
-#: fsync batches come irregularly (measured: 3 missed the claim by 0.15-0.35 s).
-LEASE_PER_LATENCY = 4.0
+#: A beat announces this many times the longest round trip its sender's beats had lately
+#: (k): under a uniformly slow ZooKeeper a beat is answered up to 2 fsyncs after its send
+#: and the next answer comes an fsync later, so a claim must outlast 1.5 round trips.
+LEASE_PER_LATENCY = 2.5
+#: ... and this many times the wait of its oldest beat in flight, while that wait is
+#: ``ONSET_WAIT`` times longer than any round trip remembered: a slow spell's onset, when
+#: the wait is all that is known and the first slow replies come two fsyncs after their
+#: send (measured: 3 times left 0.15-0.35 s gaps at the onset, irregular fsync batches).
+#: Not in a steady slow spell, where the oldest beat's wait is about the round trip: a
+#: claim of 4 round trips there made a stopped leader wait 10 s to be replaced.
+LEASE_PER_WAIT = 4.0
+ONSET_WAIT = 1.5
 #: Seconds an observed latency is remembered: the lease shrinks back this long after a
 #: slow spell, not at the first fast reply (a disk that stalls once often stalls again).
 LATENCY_MEMORY = 10.0

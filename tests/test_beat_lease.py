@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leader.beat_lease import BeatLease
-from leader.settings import LATENCY_MEMORY, LEASE_PER_LATENCY
+from leader.settings import LATENCY_MEMORY, LEASE_PER_LATENCY, LEASE_PER_WAIT, ONSET_WAIT
 
 
 def test_a_fast_zookeeper_gets_the_base_claim() -> None:
@@ -21,7 +21,7 @@ def test_the_claim_grows_with_a_beat_still_in_flight_before_any_slow_reply() -> 
     sent meanwhile must already announce more, from the age of the oldest in flight."""
     m = BeatLease(base=0.4, ceiling=13.0)
     m.announce(0.0)  # stuck
-    assert m.announce(0.6) == pytest.approx(LEASE_PER_LATENCY * 0.6)
+    assert m.announce(0.6) == pytest.approx(LEASE_PER_WAIT * 0.6)
     assert m.in_flight() == 2
 
 
@@ -57,3 +57,16 @@ def test_the_ceiling_bounds_the_claim_and_lost_beats_are_forgotten() -> None:
     assert m.in_flight() == 0 and m.oldest_in_flight_age(11.0) == 0.0
     with pytest.raises(ValueError):
         BeatLease(base=0.0, ceiling=1.0)
+
+
+def test_a_steady_slow_spell_announces_round_trips_and_an_onset_announces_the_wait() -> None:
+    """Once slow round trips are known, the oldest beat's wait (about one round trip) does
+    not bring the onset factor back: it would make a stopped leader wait much longer."""
+    m = BeatLease(base=0.6, ceiling=13.0)
+    m.announce(0.0)
+    m.answered(0.0, 1.8)
+    m.announce(2.0)  # in flight from here
+    assert m.announce(3.5) == pytest.approx(LEASE_PER_LATENCY * 1.8)
+    assert m.announce(2.0 + ONSET_WAIT * 1.8 + 0.5) == pytest.approx(
+        LEASE_PER_WAIT * (ONSET_WAIT * 1.8 + 0.5)
+    ), "a wait clearly past every round trip remembered: a new onset"

@@ -10,11 +10,14 @@ ensemble and on the slow one.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -28,7 +31,7 @@ from fencing.lease import Lease
 from leader.heartbeat import BeatAck, Beater
 from leader.settings import BeatSettings
 from nimbus.server.stall_move import StallMove, StallRule, move_on_stalls
-from tests.slow_fsync import slow_fsync, unavailable
+from tests.chaos.slow_disk import FsyncStall, available
 from tests.waiting import wait_until
 
 T = 10.0  # the probe's own deadline is then 1 s, as at Storm's T = 20 s
@@ -36,6 +39,14 @@ FSYNC_DELAY = 0.7  # every write 0.7-1.4 s: across the old 1 s stall, and the 1 
 SLOW_FOR = 20.0
 BEATS = BeatSettings()
 FLOOR = max(BEATS.silence_window / 2, 4 * BEATS.interval)  # the stall that was fixed
+
+STRACE_LOGS = Path(tempfile.gettempdir()) / "stall-move-strace"
+
+
+def unavailable() -> str | None:
+    """Why fsyncs cannot be slowed here (strace attaches to the servers), or None."""
+    return "not root" if os.geteuid() != 0 else available()
+
 
 needs_strace = pytest.mark.skipif(unavailable() is not None, reason=f"slow disk: {unavailable()}")
 
@@ -177,7 +188,7 @@ def run_slow_spell(zk: ZooKeeperCluster, wire: Wiring, seconds: float = SLOW_FOR
             lambda: all(len(r.acks) >= 3 for r in replicas), timeout=30, message="beats acked"
         )
         before = [(current_server(r.client), r.client.client_id[0]) for r in replicas]
-        with slow_fsync(zk.pids(), FSYNC_DELAY):
+        with FsyncStall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
             began = time.monotonic()
             time.sleep(seconds)
         after = [(current_server(r.client), r.client.client_id[0]) for r in replicas]
@@ -253,7 +264,7 @@ def test_a_frozen_server_in_a_uniformly_slow_ensemble_is_still_left(
     load = [start_replica(zk, paths, f"r{i + 2}", i, production_wiring) for i in others]
     try:
         wait_until(lambda: len(replica.acks) >= 3, timeout=30, message="beats acked")
-        with slow_fsync(zk.pids(), FSYNC_DELAY):
+        with FsyncStall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
             time.sleep(5)  # the slow round trips are what the threshold follows now
             assert max(replica.round_trips(time.monotonic() - 5)) > FLOOR
             freeze_and_see_a_move(zk, replica, follower)

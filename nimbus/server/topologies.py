@@ -32,10 +32,14 @@ def _summary(
     errors: list[records.ErrorInfo] | None = None,
 ) -> pb.TopologySummary:
     """``slot_beats`` and ``errors`` when the caller has read them already."""
-    holders = read_holders_of(client, paths, topology_id, live)
-    now_ms = int(time.time() * 1000)
     if slot_beats is None:
-        slot_beats = _worker_beats(client, paths, topology_id)
+        with ThreadPoolExecutor(1, thread_name_prefix="summary") as aside:  # both at once
+            beats_read = aside.submit(_worker_beats, client, paths, topology_id)
+            holders = read_holders_of(client, paths, topology_id, live)
+            slot_beats = beats_read.result()
+    else:
+        holders = read_holders_of(client, paths, topology_id, live)
+    now_ms = int(time.time() * 1000)
     failures = slot_failures(slot_beats.values())
     last_error = failures.newest.last_error if failures.newest is not None else ""
     if not last_error:
@@ -67,10 +71,10 @@ def _worker_beats(
         names = client.get_children(paths.workerbeats_of(topology_id))
     except NoNodeError:
         return {}
-    beats = {
-        name: _read(client, paths.workerbeat(topology_id, name), records.WorkerHeartbeat)
-        for name in names
-    }
+    beats = _read_all(
+        client, {name: paths.workerbeat(topology_id, name) for name in names},
+        records.WorkerHeartbeat,
+    )  # fmt: skip
     return {name: beat for name, beat in beats.items() if beat is not None}
 
 
@@ -167,6 +171,19 @@ def _read(client: KazooClient, path: str, kind: type[M]) -> M | None:
         return None
 
 
+def _read_all(client: KazooClient, wanted: dict[str, str], kind: type[M]) -> dict[str, M | None]:
+    """``_read`` of many paths, sent together: one round trip, not one each (a ZooKeeper
+    whose disk is slow holds every read for an fsync or two)."""
+    sent = {key: client.get_async(path) for key, path in wanted.items()}
+    found: dict[str, M | None] = {}
+    for key, result in sent.items():
+        try:
+            found[key] = kind.FromString(result.get()[0])
+        except (NoNodeError, DecodeError):
+            found[key] = None
+    return found
+
+
 def recent_errors(
     client: KazooClient, paths: Paths, topology_id: str, limit: int = 10
 ) -> list[records.ErrorInfo]:
@@ -176,15 +193,17 @@ def recent_errors(
         components = client.get_children(paths.errors_of(topology_id))
     except NoNodeError:
         return []
-    for component in components:
+    listings = {
+        c: client.get_children_async(paths.component_errors(topology_id, c)) for c in components
+    }
+    wanted: dict[str, str] = {}
+    for component, listing in listings.items():
         try:
-            names = client.get_children(paths.component_errors(topology_id, component))
+            names = listing.get()
         except NoNodeError:
             continue
         for name in names:
-            path = paths.component_error(topology_id, component, name)
-            error = _read(client, path, records.ErrorInfo)
-            if error is not None:
-                found.append(error)
+            wanted[f"{component}/{name}"] = paths.component_error(topology_id, component, name)
+    found.extend(e for e in _read_all(client, wanted, records.ErrorInfo).values() if e is not None)
     found.sort(key=lambda e: e.time_ms, reverse=True)
     return found[:limit]
