@@ -167,7 +167,9 @@
 #define L_MS      600   /* L_base, the least announced lease (DEFAULT_LEADER_LEASE) */
 #define TOP_MS    200   /* T_op, the longest unfenced action after a claim check (MAX_UNFENCED_ACTION) */
 #define RHO_INV   1000  /* clock-rate bound rho = 1/RHO_INV (CLOCK_RATE_BOUND) */
-#define K_LAT     4     /* a beat announces k times the latency (LEASE_PER_LATENCY) */
+#define K_LAT_TENTHS 25    /* a beat announces 2.5 round trips (LEASE_PER_LATENCY, x10) */
+#define K_WAIT    4     /* ... or 4 times its oldest beat's wait at an onset (LEASE_PER_WAIT) */
+#define ONSET_TENTHS 15    /* ... a wait 1.5 times past every round trip remembered (ONSET_WAIT, x10) */
 #define TICK_MS   400   /* the model's resolution: one tick of real time */
 #define D_SLOW    2     /* ticks from a write's send to its reply when ZooKeeper is SLOW */
 #define LL_MS     2400  /* the LONG announced lease (see ABSTRACTIONS) */

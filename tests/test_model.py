@@ -24,7 +24,9 @@ from leader.settings import (
     DEFAULT_LEADER_LEASE,
     DEFAULT_SILENCE_WINDOW,
     LEASE_PER_LATENCY,
+    LEASE_PER_WAIT,
     MAX_UNFENCED_ACTION,
+    ONSET_WAIT,
     BeatSettings,
     margin_holds,
     short_window,
@@ -69,7 +71,10 @@ def test_model_timing_is_the_codes() -> None:
     assert Fraction(d["L_MS"], 1000) == seconds(DEFAULT_LEADER_LEASE)
     assert Fraction(d["TOP_MS"], 1000) == seconds(MAX_UNFENCED_ACTION)
     assert Fraction(1, d["RHO_INV"]) == seconds(CLOCK_RATE_BOUND)
-    assert d["K_LAT"] == seconds(LEASE_PER_LATENCY)
+    # the model's LONG lease stands for any of the code's announcements (its header)
+    assert Fraction(d["K_LAT_TENTHS"], 10) == seconds(LEASE_PER_LATENCY)
+    assert d["K_WAIT"] == seconds(LEASE_PER_WAIT)
+    assert Fraction(d["ONSET_TENTHS"], 10) == seconds(ONSET_WAIT)
     # the ratios the model's behaviour depends on
     h = seconds(DEFAULT_BEAT_INTERVAL)
     assert Fraction(d["P_MS"], d["H_MS"]) == seconds(DEFAULT_SILENCE_WINDOW) / h
@@ -126,7 +131,7 @@ def test_model_margin_is_the_protocols() -> None:
             assert lmax >= d["D_SLOW"] + 1
             assert short_ms(lease_ms, d) > d["P_MS"]
     assert ceil_div(d["H_MS"], d["TICK_MS"]) == 1, "the model beats once a tick"
-    assert d["K_LAT"] * d["TICK_MS"] > d["L_MS"], "a beat in flight for a tick announces LONG"
+    assert d["K_WAIT"] * d["TICK_MS"] > d["L_MS"], "a beat in flight for a tick announces LONG"
     assert d["D_SLOW"] * d["TICK_MS"] > d["L_MS"], "a SLOW ZooKeeper answers after L_base"
     assert d["H_MS"] < d["L_MS"] < d["LL_MS"]
     assert d["H_MS"] < d["L_MS"] < d["P_MS"]
