@@ -17,12 +17,15 @@ from tests.waiting import wait_until
 
 
 class Listener:
-    """A TCP listener on loopback that keeps what it accepts."""
+    """A TCP listener on loopback that keeps what it accepts, or (``keep=False``, a proxy
+    in front of a live process) closes each connection at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.accepted: list[socket.socket] = []
+        self.accepts = 0
+        self._keep = keep
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -31,6 +34,10 @@ class Listener:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepts += 1
+            if not self._keep:
+                conn.close()
+                continue
             conn.sendall(b"hello")  # a server that speaks first (gRPC's SETTINGS)
             self.accepted.append(conn)
 
@@ -103,32 +110,13 @@ def test_following_another_address_forgets_the_evidence(
     other.close()
 
 
-class AcceptAndClose:
-    """A proxy in front of a live process that accepts and closes at once."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        self.accepts = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepts += 1
-            conn.close()
-
-
 def test_a_proxy_that_accepts_and_closes_is_never_dead_and_not_spun_on() -> None:
     """Each close is followed by a reconnect that succeeds: no evidence. And the link
     waits its retry interval between them, rather than reconnecting in a tight loop."""
     changes = threading.Event()
     retry = 0.1
     peer = PeerLink(changes.set, retry=retry)
-    proxy = AcceptAndClose()
+    proxy = Listener(keep=False)
     peer.start()
     try:
         started = time.monotonic()
