@@ -45,7 +45,7 @@ class DaemonTopologyApi:
         *,
         receiver: PushReceiver | None = None,
     ) -> None:
-        self._client = reads
+        self._reads = reads
         self._receiver = receiver
         self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/server/security)
         self.activate = lifecycle.activate
@@ -59,13 +59,13 @@ class DaemonTopologyApi:
         return self._submitter.submit(checked_submit(requests))
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
-        return topologies.list_topologies(self._client, self._paths)
+        return topologies.list_topologies(self._reads, self._paths)
 
     def describe(self, name: str) -> pb.TopologyDetail:
-        return topologies.describe(self._client, self._paths, name)
+        return topologies.describe(self._reads, self._paths, name)
 
     def list_supervisors(self) -> list[records.SupervisorInfo]:
-        return topologies.list_supervisors(self._client, self._paths)
+        return topologies.list_supervisors(self._reads, self._paths)
 
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]:
         check_digest(digest)
