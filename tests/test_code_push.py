@@ -246,9 +246,9 @@ def test_a_push_round_retries_what_may_pass_and_cancels_when_the_submit_fails(
     pushes.close(cancel=True)
     pushes.join(10)
     assert pushes.outcomes["slow"] == "cancelled: the submit ended"
-    # The first three start in parallel threads (any order); the retry only after them.
-    assert sorted(t for t, _ in calls[:3]) == ["busy", "old", "slow"]
-    assert [t for t, _ in calls[3:]] == ["busy"]
+    # The first three start in parallel threads, so the retry may even overtake the slow
+    # one's start (CI saw it); what holds is each target's count of calls.
+    assert sorted(t for t, _ in calls) == ["busy", "busy", "old", "slow"]
     assert pushes.offer(["another"], timeout=5) == []  # nothing starts after a cancel
 
 
