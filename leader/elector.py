@@ -1,21 +1,13 @@
 """The elector: queue on the lock, pass the code gate, take office, serve under a token.
 
-One thread runs the cycle. Each step records a reason in words (``history``), which is
-what the daemon logs and what tests assert, as Patroni's ``run_cycle`` does:
-
-1. wait for a connection, then for the code gate (never queue without all code);
-2. queue on kazoo's lock recipe at ``<root>/leader-lock`` (node data: our address);
-3. on winning, run the gate again, reading ``/storms`` now; lacking code: leave, wait;
-4. take office (one fenced multi-op) for a new epoch, then serve under a token;
-5. the token is cancelled on SUSPENDED, LOST, own lock node deleted (seen by its watch
-   or a beat), a fenced write refused, or shutdown. Reconnected on the same session with
-   the lock node still there: gate again and resume with a new token and the same
-   epoch. Otherwise queue again.
-
-While queued or leading, the beater (``leader.heartbeat``) beats our lock node every H;
-taking office is the first beat. We claim leadership only while an acknowledged beat's
-announced claim lasts (``claim``; ``leader.beat_lease``); the read lease (``lease``,
-2/3 T) stays for freshness and readiness, which a follower needs without leading.
+One thread runs the cycle (docs/design.md, "Leadership"); each step records a reason in
+words (``history``) that the daemon logs and tests assert, as Patroni's ``run_cycle`` does:
+wait for a connection and the code gate; queue on kazoo's lock at ``<root>/leader-lock``;
+on winning, gate again; take office (one fenced multi-op, the term's first beat); serve
+under a token until SUSPENDED, LOST, our lock node deleted, a fenced write refused or
+shutdown cancels it; on the same session with the node still there, resume, else queue
+again. We claim only while an acknowledged beat's announced claim lasts (``claim``,
+``leader.beat_lease``); the read lease (``lease``, 2/3 T) serves freshness and readiness.
 """
 
 from __future__ import annotations
