@@ -10,6 +10,7 @@ table cells within 60: a table is for short facts, prose goes below it.
 from __future__ import annotations
 
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def broken_link(page: Path, target: str) -> str | None:
     if not file.exists():
         return f"{target}: no such file"
     if anchor and file.suffix == ".md" and anchor not in anchors(file):
-        return f"{target}: no heading #{anchor} in {file.relative_to(REPO)}"
+        return f"{target}: no heading #{anchor} in {file.name}"
     return None
 
 
@@ -133,6 +134,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         text=True,
         timeout=240,
         check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
