@@ -63,6 +63,7 @@ class NimbusConfig:
     tls_key: str = ""
     tls_client_ca: str = ""  # set: clients must present a certificate it signed
     tls_ca: str = ""  # what this replica trusts when it calls its peers
+    tls_server_name: str = ""  # name in peers' certificates when they do not name addresses
     token_file: str = ""  # accepted bearer tokens, one per line: mutating calls need one
     auth_reads: bool = False  # read-only calls need a token too
     metrics_port: int = 0  # Prometheus /metrics on the --listen host; 0: not served

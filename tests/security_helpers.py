@@ -73,7 +73,10 @@ def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
 
 
 def _leaf(
-    cn: str, ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate
+    cn: str,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca: x509.Certificate,
+    names: tuple[str, ...] = ("localhost", "127.0.0.1"),
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
@@ -86,9 +89,7 @@ def _leaf(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([_general_name(n) for n in names]),
             critical=False,
         )
         .add_extension(
@@ -100,6 +101,13 @@ def _leaf(
         .sign(ca_key, hashes.SHA256())
     )
     return key, cert
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _write(
@@ -131,3 +139,15 @@ def make_pki(folder: Path) -> Pki:
         ca_path, server_cert, server_key, client_cert, client_key, other_path,
         stranger_cert, stranger_key,
     )  # fmt: skip
+
+
+def make_server_pki(folder: Path, *names: str) -> tuple[Path, Path, Path]:
+    """A fresh CA (``ca.crt``) and a server certificate naming only ``names``
+    (``tls.crt``, ``tls.key``, mode 600): the files of ``deploy/containers/up --secrets``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = _ca("nimbus test CA")
+    key, cert = _leaf("replica", ca_key, ca, names)
+    cert_path, key_path = _write(folder, "tls", key, cert)
+    ca_path = folder / "ca.crt"
+    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return ca_path, cert_path, key_path

@@ -29,10 +29,18 @@ pick_engine() {
 
 # The replicas' readiness probe (deploy/kubernetes/nimbus-statefulset.yaml: gRPC health,
 # the empty service name, port 6627), as a command run inside the container: what the
-# kubelet asks, asked from the pod itself.
+# kubelet asks, asked from the pod itself. Arguments: PORT SERVICE, and with TLS on, CA
+# (a PEM file, or - for the system's roots) and NAME (the name the certificate gives).
 GRPC_PROBE=(python3 -c "import sys, grpc
 from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g
-port, service = sys.argv[1], sys.argv[2]
-with grpc.insecure_channel('127.0.0.1:' + port) as channel:
+port, service, tls = sys.argv[1], sys.argv[2], sys.argv[3:]
+target = '127.0.0.1:' + port
+if tls:
+    ca = None if tls[0] == '-' else open(tls[0], 'rb').read()
+    options = [('grpc.ssl_target_name_override', tls[1])]
+    channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(ca), options=options)
+else:
+    channel = grpc.insecure_channel(target)
+with channel:
     got = g.HealthStub(channel).Check(h.HealthCheckRequest(service=service), timeout=1)
 sys.exit(0 if got.status == h.HealthCheckResponse.SERVING else 1)")

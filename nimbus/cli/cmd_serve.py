@@ -60,6 +60,10 @@ OPTIONS: list[tuple[str, type, object, str]] = [
     ("--tls-key", str, "", "PEM private key of --tls-cert"),
     ("--tls-client-ca", str, "", "PEM CA: clients must present a certificate it signed"),
     ("--tls-ca", str, "", "PEM CA this replica trusts when it calls its peers"),
+    (
+        "--tls-server-name", str, "",
+        "name peers' certificates give, when they do not name the advertised addresses",
+    ),
     ("--token-file", str, "", "accepted bearer tokens, one per line: mutating calls need one"),
     ("--auth-reads", str, "false", "true: read-only calls need a token too"),
     ("--log-format", str, "json", "json (one object per line) or text"),

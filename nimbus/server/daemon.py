@@ -89,6 +89,7 @@ class NimbusDaemon:
             tls_key=config.tls_key,
             tls_client_ca=config.tls_client_ca,
             tls_ca=config.tls_ca,
+            tls_server_name=config.tls_server_name,
             token_file=config.token_file,
             auth_reads=config.auth_reads,
         )

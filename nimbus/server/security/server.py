@@ -44,6 +44,7 @@ def load_server_security(
     tls_key: str = "",
     tls_client_ca: str = "",
     tls_ca: str = "",
+    tls_server_name: str = "",
     token_file: str = "",
     auth_reads: bool = False,
 ) -> ServerSecurity:
@@ -55,6 +56,8 @@ def load_server_security(
         raise ConfigError("--auth-reads needs --token-file: there is no token to require")
     if tls_ca and tls is None:
         raise ConfigError("--tls-ca (trust for peers) needs TLS on: --tls-cert and --tls-key")
+    if tls_server_name and tls is None:
+        raise ConfigError("--tls-server-name (peers' name) needs TLS on: --tls-cert and --tls-key")
     if tokens is not None and tls is None:
         log.warning("bearer tokens are on without TLS: tokens cross the network in clear text")
     peer_tls = None
@@ -65,6 +68,7 @@ def load_server_security(
             root_ca=read_pem(tls_ca, "TLS CA", marker="CERTIFICATE") if tls_ca else None,
             cert_chain=tls.cert_chain if tls.client_ca is not None else None,
             private_key=tls.private_key if tls.client_ca is not None else None,
+            server_name=tls_server_name,
         )
     return ServerSecurity(
         zk_auth=zk_auth,
