@@ -9,14 +9,14 @@ table cells within 60: a table is for short facts, prose goes below it.
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
-from markdown.extensions.toc import slugify
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -48,6 +48,12 @@ def outside_code(text: str) -> list[tuple[int, str]]:
     return lines
 
 
+def slugify(title: str) -> str:
+    """A heading's id as Python-Markdown's toc makes it (and GitHub, for simple titles)."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", ascii_title).strip().lower())
+
+
 def anchors(page: Path) -> set[str]:
     """The ids MkDocs (Python-Markdown's toc) gives the page's headings."""
     seen: set[str] = set()
@@ -55,7 +61,7 @@ def anchors(page: Path) -> set[str]:
         match = HEADING.match(line)
         if match:
             title = re.sub(r"[`*]", "", match.group(2))
-            seen.add(slugify(title, "-"))
+            seen.add(slugify(title))
     return seen
 
 
