@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,3 +213,47 @@ def test_a_killed_leader_is_replaced_with_secrets_on(secure: SecureCluster) -> N
     wait_until(lambda: listed_of(secure, 3), timeout=90, interval=0.5,
                message="the killed replica back")  # fmt: skip
     assert took < FAILOVER_BOUND_S
+
+
+def test_every_replica_publishes_its_metrics_port(secure: SecureCluster) -> None:
+    urls = re.findall(r" metrics (http://127\.0\.0\.1:\d+/metrics) ", secure.stdout)
+    assert len(urls) == 3, secure.stdout
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert answer.status == 200
+            assert b"# TYPE" in answer.read()
+
+
+def data(cluster: SecureCluster, *args: str) -> str:
+    done = subprocess.run(
+        [str(CONTAINERS / "data"), *args, "--name", cluster.name],
+        capture_output=True, text=True, env=engine_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_data_puts_files_for_the_workers_and_gets_them_back(
+    secure: SecureCluster, tmp_path: Path
+) -> None:
+    feed = tmp_path / "feed"
+    (feed / "more").mkdir(parents=True)
+    (feed / "a.txt").write_text("alpha beta\n")
+    (feed / "more" / "b.txt").write_text("gamma\n")
+    single = write_secret(tmp_path / "one.txt", "delta\n")  # root's, mode 600
+    data(secure, "put", str(feed), str(single))
+    # In the supervisor's container (where workers read), owned by the workers' uid.
+    supervisor = f"{secure.name}-supervisor-1"
+    shown = podman("exec", "--workdir", "/var/lib/nimbus-data/input", supervisor,
+                   "stat", "-c", "%u %n", "a.txt", "more/b.txt", "one.txt")  # fmt: skip
+    assert shown.split() == ["10001", "a.txt", "10001", "more/b.txt", "10001", "one.txt"]
+    assert not podman("exec", supervisor, "ls", "-A", "/var/lib/nimbus-data").count(".put-")
+    # What a worker writes (here: the container's own user) comes back out.
+    written = "mkdir -p output && echo 'alpha 1' > output/part-0"
+    podman("exec", "--workdir", "/var/lib/nimbus-data", supervisor, "sh", "-c", written)
+    out = tmp_path / "out"
+    data(secure, "get", "output", str(out))
+    assert (out / "output" / "part-0").read_text() == "alpha 1\n"
+    data(secure, "get", "input", str(out))
+    assert (out / "input" / "more" / "b.txt").read_text() == "gamma\n"
+    assert (out / "input" / "one.txt").read_text() == "delta\n"
