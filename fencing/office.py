@@ -40,10 +40,11 @@ def read_leader_epoch(client: KazooClient, paths: Paths) -> tuple[records.Leader
     A record that does not parse is returned as None with its real version, so a
     damaged node never blocks an election: the next holder overwrites it.
     """
-    return _leader_epoch(client.get_async(paths.leader_epoch))
+    return leader_epoch_of(client.get_async(paths.leader_epoch))
 
 
-def _leader_epoch(result: IAsyncResult) -> tuple[records.LeaderEpoch | None, int]:
+def leader_epoch_of(result: IAsyncResult) -> tuple[records.LeaderEpoch | None, int]:
+    """``read_leader_epoch`` from a read already sent (``get_async``)."""
     try:
         data, stat = result.get()
     except NoNodeError:
@@ -92,7 +93,7 @@ def take_office(
         epoch_read = client.get_async(paths.leader_epoch)
         epochs_read = client.get_children_async(paths.epochs)
         beat_read = client.exists_async(beat) if beat is not None else None
-        current, version = _leader_epoch(epoch_read)
+        current, version = leader_epoch_of(epoch_read)
         previous = max(current.epoch if current else 0, _highest(epochs_read))
         epoch = previous + 1
         started = now_ms()
