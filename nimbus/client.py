@@ -37,13 +37,14 @@ import grpc
 
 from cluster.api import pb, rpc
 from cluster.security.client import ClientSecurity
+from nimbus.call_errors import refused_message
 from nimbus.discovery import (
     PER_SEED_TIMEOUT_S,
+    REFUSED,
     Discovery,
     NimbusCallError,
     NoLeaderError,
     Retry,
-    describe,
     parse_seeds,
 )
 
@@ -150,10 +151,12 @@ class NimbusClient:
 
     def leader(self) -> pb.GetLeaderAddressResponse:
         """The current leader; never one of an older epoch than already seen."""
-        return self._retrying(self._read_deadline, self._discovery.find_leader)
+        return self._retrying(self._read_deadline, self._discovery.find_leader, "GetLeaderAddress")
 
     def nimbuses(self) -> pb.GetAllNimbusAddressesResponse:
-        return self._retrying(self._read_deadline, self._discovery.nimbuses)
+        return self._retrying(
+            self._read_deadline, self._discovery.nimbuses, "GetAllNimbusAddresses"
+        )
 
     # -- leader-only calls --------------------------------------------------------------
 
@@ -180,7 +183,7 @@ class NimbusClient:
             except grpc.RpcError as e:
                 raise self._discovery.failed(address, e, relayed=bool(metadata)) from e
 
-        return self._retrying(deadline, attempt)
+        return self._retrying(deadline, attempt, method)
 
     def kill(self, request: pb.KillTopologyRequest) -> pb.TopologyActionResponse:
         reply: pb.TopologyActionResponse = self.call_leader("KillTopology", request)
@@ -222,26 +225,30 @@ class NimbusClient:
                 raise self._discovery.failed(address, e, relayed=bool(metadata)) from e
             return reply
 
-        return self._retrying(deadline, attempt)
+        return self._retrying(deadline, attempt, "SubmitTopology")
 
     # -- reads (any replica; the leader first, for freshness) ----------------------------
 
     def describe(self, name: str) -> pb.TopologyDetail:
         request = pb.GetTopologyRequest(name=name)
-        reply: pb.TopologyDetail = self._read(lambda s: s.GetTopology, request)
+        reply: pb.TopologyDetail = self._read(lambda s: s.GetTopology, request, "GetTopology")
         return reply
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
         request = pb.ListTopologiesRequest()
-        reply: pb.ListTopologiesResponse = self._read(lambda s: s.ListTopologies, request)
+        reply: pb.ListTopologiesResponse = self._read(
+            lambda s: s.ListTopologies, request, "ListTopologies"
+        )
         return reply
 
     def cluster_summary(self) -> pb.ClusterSummary:
         request = pb.GetClusterSummaryRequest()
-        reply: pb.ClusterSummary = self._read(lambda s: s.GetClusterSummary, request)
+        reply: pb.ClusterSummary = self._read(
+            lambda s: s.GetClusterSummary, request, "GetClusterSummary"
+        )
         return reply
 
-    def _read(self, method: Callable[[rpc.NimbusStub], Any], request: Any) -> Any:
+    def _read(self, method: Callable[[rpc.NimbusStub], Any], request: Any, name: str) -> Any:
         def attempt(end: float) -> Any:
             address, relayed = self._discovery.read_route(end)
             epoch, timeout = self.max_epoch_seen, self._attempt_timeout(end)
@@ -253,7 +260,7 @@ class NimbusClient:
             except grpc.RpcError as e:
                 raise self._discovery.failed(address, e, relayed=relayed) from e
 
-        return self._retrying(self._read_deadline, attempt)
+        return self._retrying(self._read_deadline, attempt, name)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -278,12 +285,20 @@ class NimbusClient:
                 )
             look_at = self._clock() + HEDGE_EVERY_S
 
+    def _refused(self, code: grpc.StatusCode, call: str) -> NimbusCallError:
+        sent_token = bool(self._discovery.security.token)
+        return NimbusCallError(refused_message(code, call, sent_token=sent_token), code)
+
     def _attempt_timeout(self, end: float) -> float:
         left = max(0.1, end - self._clock())
         return min(left, self._call_timeout) if self._call_timeout else left
 
-    def _retrying(self, deadline: float, attempt: Callable[[float], T]) -> T:
-        """Run ``attempt(end)`` until it succeeds, fails for good, or the deadline passes."""
+    def _retrying(
+        self, deadline: float, attempt: Callable[[float], T], call: str = "the call"
+    ) -> T:
+        """Run ``attempt(end)`` until it succeeds, fails for good, or the deadline passes.
+        Refused credentials are told as ``call``'s (the user's call, though discovery's
+        own call may be the one refused)."""
         start = self._clock()
         end = start + deadline
         last = "no attempt"
@@ -293,7 +308,11 @@ class NimbusClient:
             except Retry as e:
                 last = e.why
             except grpc.RpcError as e:  # refused credentials, from discovery
-                raise NimbusCallError(describe(e), e.code()) from e
+                raise self._refused(e.code(), call) from e
+            except NimbusCallError as e:
+                if e.code in REFUSED:
+                    raise self._refused(e.code, call) from e
+                raise
             left = end - self._clock()
             if left <= 0:
                 break

@@ -29,7 +29,9 @@ import grpc
 from cluster.api import pb, rpc
 from cluster.errors import NimbusError
 from cluster.factory import make_channel
+from cluster.security import client as client_security
 from cluster.security.client import ClientSecurity
+from nimbus.call_errors import TlsMismatchError, tls_mismatch
 from nimbus.call_metadata import (
     FORWARD_METADATA_KEY,
     LEADER_EPOCH_METADATA_KEY,
@@ -42,10 +44,13 @@ _FORWARD: Metadata = ((FORWARD_METADATA_KEY, "1"),)
 PER_SEED_TIMEOUT_S = 1.0
 #: A leader whose call failed is skipped this long unless discovery names a newer term.
 SUSPECT_HOLD_S = 1.0
+#: Rounds in which every seed closes a plaintext connection before that is called a TLS
+#: port: once could be replicas stopping; a TLS server closes every plaintext one.
+CLOSED_ROUNDS = 2
 
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 # Credentials the server refused: every seed would say the same, so fail at once.
-_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class NoLeaderError(NimbusError):
@@ -109,6 +114,7 @@ class Discovery:
         self._suspect: _Suspect | None = None
         self._relays: list[str] = []  # replicas that answered the last discovery
         self.max_epoch_seen = 0
+        self._closed_rounds = 0  # consecutive rounds with every seed closing the socket
         #: Every "I am the leader" answer, as sent: (responder, epoch). For checkers.
         self.leader_claims: list[tuple[str, int]] = []
 
@@ -117,6 +123,11 @@ class Discovery:
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             channel.close()
+
+    @property
+    def security(self) -> ClientSecurity:
+        """What this client presents: its own, else the process default."""
+        return self._security or client_security.default()
 
     def stub(self, address: str) -> rpc.NimbusStub:
         with self._guard:
@@ -196,6 +207,7 @@ class Discovery:
             calls.append(call)
         replies: list[Any] = []
         errors: list[str] = []
+        failures: list[tuple[str, grpc.RpcError]] = []
         give_up = self._clock() + timeout + 0.5  # each call ends by its own deadline anyway
         try:
             for _ in calls:
@@ -209,17 +221,36 @@ class Discovery:
                 try:
                     replies.append(call.result())
                 except grpc.RpcError as e:
-                    if e.code() in _REFUSED:
+                    if e.code() in REFUSED:
                         raise
                     errors.append(f"{address}: {describe(e)}")
+                    failures.append((address, e))
                 if any(getattr(r, "responder_is_leader", False) for r in replies):
                     break
         finally:
             for call in calls:
                 call.cancel()  # a no-op for those already done
         if not replies:
+            if len(failures) == len(calls):
+                self._check_tls(failures)
             raise Retry("no seed answered (" + "; ".join(errors or ["no answer"]) + ")")
+        self._closed_rounds = 0
         return replies
+
+    def _check_tls(self, failures: list[tuple[str, grpc.RpcError]]) -> None:
+        """Raise ``TlsMismatchError`` when every seed failed with the same TLS mismatch."""
+        tls_on = self.security.tls is not None
+        seen = [tls_mismatch(e, tls_on=tls_on) for _, e in failures]
+        kinds = {s[0] for s in seen if s is not None}
+        if None in seen or len(kinds) != 1:
+            self._closed_rounds = 0
+            return
+        mismatch, sign = next(s for s in seen if s is not None)
+        if sign == "Socket closed":
+            self._closed_rounds += 1
+            if self._closed_rounds < CLOSED_ROUNDS:
+                return
+        raise TlsMismatchError(mismatch, [a for a, _ in failures], sign)
 
     def _seeds(self) -> list[str]:
         ordered = [self._leader] if self._leader else []

@@ -9,9 +9,15 @@ entry-point group, so the daemon never imports the developer tooling that stands
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+
+# Before gRPC is first imported: its core logs every failed TLS handshake at INFO on
+# stderr (a screenful per call against a mismatched port), over the one line the client
+# says. Errors still show; GRPC_VERBOSITY set by the user wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from cluster.errors import NimbusError
 from cluster.security import client as client_security

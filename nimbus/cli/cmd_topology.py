@@ -31,6 +31,17 @@ TIMEOUT_HELP = (
 )
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a count of workers or executors, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"a whole number is needed, got {text!r}") from e
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _client_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
     add_client_flags(p)
@@ -42,7 +53,7 @@ def register(sub: Any) -> None:
     p.add_argument("package", help="a zip, or a folder, with topology.py at its root")
     p.add_argument("--name", required=True)
     p.add_argument("--config-json", default="{}", help="topology config as a JSON object")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=at_least_one, default=1)
     _client_flags(p)
     p.set_defaults(func=run_submit)
     d = sub.add_parser("describe", help="one topology: status, epoch, digest, code replicas")
@@ -67,7 +78,10 @@ def register(sub: Any) -> None:
         if command in ("kill", "rebalance"):
             c.add_argument("--wait", type=int, default=0, help="seconds (default 0)")
         if command == "rebalance":
-            c.add_argument("--workers", type=int, default=0)
+            c.add_argument(
+                "--workers", type=at_least_one, default=None,
+                help="new number of workers, at least 1 (default: unchanged)",
+            )  # fmt: skip
             c.add_argument(
                 "--parallelism", action="append", default=[], metavar="COMPONENT=N",
                 help="new parallelism of one component (repeatable)",
@@ -291,10 +305,12 @@ def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
             component, sep, value = item.partition("=")
             if not sep or not value.isdigit():
                 raise ValueError(f"--parallelism takes COMPONENT=N, got {item!r}")
+            if int(value) < 1:
+                raise ValueError(f"--parallelism {item}: N must be at least 1")
             parallelism[component] = int(value)
         return "RebalanceTopology", pb.RebalanceTopologyRequest(
             name=args.name,
-            num_workers=args.workers,
+            num_workers=args.workers or 0,  # 0: unchanged
             component_parallelism=parallelism,
             wait_s=args.wait,
         )
@@ -303,7 +319,7 @@ def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
 
 
 def run_action(args: argparse.Namespace) -> int:
-    _note_extra_workers(getattr(args, "workers", 0))
+    _note_extra_workers(getattr(args, "workers", None) or 0)
     try:
         method, request = _action_request(args)
         with NimbusClient(args.seeds, deadline=args.timeout) as client:
