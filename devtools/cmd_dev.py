@@ -131,6 +131,16 @@ class Cluster:
                 proc.wait()
 
 
+def _all_registered(client: NimbusClient, replicas: int, stop: threading.Event) -> bool:
+    """Wait until every replica started is listed: a replica registers some time after
+    its process starts, and a listing before that would show fewer than were started."""
+
+    def listed() -> bool:
+        return len(client.nimbuses().nimbuses) >= replicas
+
+    return _wait(stop, f"all {replicas} replicas to register", listed, 60)
+
+
 def _show_cluster(client: NimbusClient) -> pb.GetLeaderAddressResponse:
     leader = client.leader()
     print(f"leader: {leader.replica_id} (epoch {leader.epoch})")
@@ -181,6 +191,8 @@ def _wait(stop: threading.Event, what: str, check: Any, timeout: float) -> bool:
 def _demo(cluster: Cluster, client: NimbusClient, stop: threading.Event) -> int:
     if not (EXAMPLE / "topology.py").is_file():
         print(f"demo: the word-count example is not at {EXAMPLE}", file=sys.stderr)
+        return 1
+    if not _all_registered(client, len(cluster.replicas), stop):
         return 1
     first = _show_cluster(client)
     inbox, out = cluster.workdir / "input", cluster.workdir / "output"
@@ -269,8 +281,22 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    temporary = not args.workdir
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nimbus-dev-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    code = 1
+    try:
+        code = _run(args, workdir, stop)
+        return code
+    finally:
+        # A folder of our own making goes, unless the run failed: then its logs tell why.
+        if temporary and code == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif temporary:
+            print(f"nimbus dev: logs kept in {workdir}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace, workdir: Path, stop: threading.Event) -> int:
     if args.base_port:
         zk_port = args.base_port
         replica_ports = [args.base_port + 1 + i for i in range(args.replicas)]
@@ -295,6 +321,8 @@ def run(args: argparse.Namespace) -> int:
                 with NimbusClient(list(cluster.replicas), deadline=60, attempts=400) as client:
                     if args.demo:
                         return _demo(cluster, client, stop)
+                    if not _all_registered(client, len(cluster.replicas), stop):
+                        return 0 if stop.is_set() else 1
                     _show_cluster(client)
                     print("running; Ctrl-C to stop", flush=True)
                     exited: set[str] = set()
