@@ -55,6 +55,10 @@ class NimbusHealth(health.HealthServicer):
         self._looking = False  # the thread that looks again while Watches are open runs
         self.refresh()
 
+    def ready(self) -> bool:
+        """What Kubernetes' readiness probe sees (the empty name SERVING); the metrics export it."""
+        return self._status("") == _SERVING
+
     def _status(self, service: str) -> int | None:
         if service == "":
             return _SERVING if self._connected() and self._running() else _NOT_SERVING

@@ -9,7 +9,7 @@ epoch, lag) are read when scraped, so a scrape can never show a stale gauge.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from cluster.errors import NimbusError
+from leader.heartbeat import BeatAck
 
 PREFIX = "nimbus"
 
@@ -34,6 +35,10 @@ FENCED_RESULTS = ("ok", "not_leader", "conflict", "unknown")
 
 # gRPC calls here are sub-millisecond to seconds (a submit waits for replication).
 _GRPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30)
+# A beat's round trip is a ZooKeeper write: milliseconds on a healthy ensemble, one or two
+# fsyncs (0.45-2 s, DESIGN item 9) on a slow disk. 0.5 s is a bound: the slow-ZooKeeper
+# alert (deploy/prometheus/rules.yaml) reads the share of beats above it.
+_BEAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8)
 
 
 class MetricsError(NimbusError):
@@ -75,10 +80,13 @@ class ReplicaMetrics:
         leader_epoch: Callable[[], int],
         connected: Callable[[], bool],
         missing_packages: Callable[[], int],
+        ready: Callable[[], bool],
         downloaded_bytes: DownloadCounter | None = None,
     ) -> None:
         self.registry = _registry()
         r = self.registry
+        self._failing = _FailingCollector()
+        r.register(self._failing)
         Gauge(
             "nimbus_replica_info", "Always 1; labels name this replica", ["replica"], registry=r
         ).labels(replica=replica_id).set(1)
@@ -95,6 +103,12 @@ class ReplicaMetrics:
             "1 while connected with a fresh word from ZooKeeper (the readiness condition)",
             registry=r,
         ).set_function(lambda: 1.0 if connected() else 0.0)
+        Gauge(
+            "nimbus_ready",
+            "1 while the gRPC health service's empty name is SERVING (Kubernetes readiness): "
+            "connected with a fresh word from ZooKeeper and the elector running",
+            registry=r,
+        ).set_function(lambda: 1.0 if ready() else 0.0)
         Gauge(
             "nimbus_code_missing_packages",
             "Topologies in /storms whose code this replica lacked at its last sync pass",
@@ -143,6 +157,12 @@ class ReplicaMetrics:
             buckets=_GRPC_BUCKETS,
             registry=r,
         )
+        self.beat_latency = Histogram(
+            "nimbus_beat_latency_seconds",
+            "Round trip of this replica's acknowledged beats: reply time minus send time",
+            buckets=_BEAT_BUCKETS,
+            registry=r,
+        )
         if downloaded_bytes is not None:
             downloaded_bytes.on_bytes(self.code_sync_bytes.inc)
         for change in ("elected", "deposed"):
@@ -158,6 +178,14 @@ class ReplicaMetrics:
     def deposed(self) -> None:
         self.leadership_changes.labels(change="deposed").inc()
 
+    def beat_acked(self, ack: BeatAck) -> None:
+        self.beat_latency.observe(max(0.0, ack.acked - ack.sent))
+
+    def topologies_failing(self, counts: Mapping[str, int], term: Term) -> None:
+        """The leader's scheduler pass counted these (reason -> topologies) during ``term``;
+        exported until the term ends (a follower exports no figure: it reads no heartbeat)."""
+        self._failing.report(dict(counts), term)
+
     def preempted(self, evidence: str) -> None:
         self.preemptions.inc()
 
@@ -170,6 +198,39 @@ class ReplicaMetrics:
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         self.grpc_requests.labels(method=method, code=code).inc()
         self.grpc_seconds.labels(method=method, code=code).observe(seconds)
+
+
+class Term(Protocol):
+    """A leadership term as the metrics see it (``fencing.LeadershipToken``)."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+
+class _FailingCollector(Collector):
+    """``nimbus_topologies_failing{reason}``: the last figures of a term still running, or
+    nothing. A deposed leader's last pass must not stay on show as if it were current."""
+
+    def __init__(self) -> None:
+        self._last: tuple[dict[str, int], Term] | None = None
+
+    def report(self, counts: dict[str, int], term: Term) -> None:
+        self._last = (counts, term)  # one reference swap: a scrape sees old or new, whole
+
+    def collect(self) -> Iterable[Metric]:
+        last = self._last
+        if last is None or last[1].cancelled:
+            return
+        family = GaugeMetricFamily(
+            "nimbus_topologies_failing",
+            "Topologies not doing their work, by reason: worker (a worker failed with no batch "
+            "committed since, what `nimbus list` shows as failing), code_missing (status "
+            "CODE_MISSING). Exported by the leader only, from its scheduler's last pass",
+            labels=["reason"],
+        )
+        for reason, count in sorted(last[0].items()):
+            family.add_metric([reason], count)
+        yield family
 
 
 class WorkerTable(Protocol):

@@ -25,6 +25,7 @@ from cluster.paths import Paths, parse_worker_name
 from cluster.reads import read_storms_versioned, storm_readable
 from fencing import FencedWriter, WriteConflictError, run_duty
 from fencing.ops import Check
+from nimbus.duties.failing import count_failing
 from nimbus.duties.failure_log import FailureLog
 from nimbus.duties.planning import (
     SCHEDULED,
@@ -73,6 +74,7 @@ class SchedulerDuty:
         clock: Callable[[], float] = time.time,
         storms: Callable[[], dict[str, tuple[records.StormBase, int]]] | None = None,
         subscribe_storms: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+        on_failing: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
         # ``storms`` (record, version) is the daemon's watch-fed cache, on a session of its
         # own: it may lag this session, so every assignment written from it checks, in the
@@ -82,6 +84,9 @@ class SchedulerDuty:
         # With the daemon's cache, its change listener replaces a watch on /storms: a new
         # watch lists every topology (10,000 names) right when a new leader takes office.
         self._subscribe_storms = subscribe_storms
+        # Told each pass, from the heartbeats the pass read: topologies failing, by reason
+        # (``nimbus.duties.failing``), for the metrics.
+        self._on_failing = on_failing
         if interval <= 0:
             raise SchedulerError(f"schedule interval must be > 0 seconds, got {interval}")
         if heartbeat_timeout <= interval:
@@ -134,6 +139,8 @@ class SchedulerDuty:
         stored = self._read_assignments()
         current = {tid: s.record for tid, s in stored.items() if s.record is not None}
         beats = self._read_heartbeats()
+        if self._on_failing is not None:
+            self._on_failing(count_failing(storms, {t: b.values() for t, b in beats.items()}))
         supervisors = live_supervisors(
             self._read_supervisors(),
             now_ms=now,

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 from grpc_health.v1 import health_pb2_grpc
 from kazoo.client import KazooClient, KazooState
@@ -141,12 +142,19 @@ class NimbusDaemon:
             taking_office=self.storms.hold_back,  # a restart's record load steps aside
             on_stale_server=lambda why: self.server_mover.move(why),  # made below
         )
+        self.health = NimbusHealth(
+            connected=self._connected,
+            is_leader=self.elector.is_leader,
+            running=self._running,
+            recheck=config.beats.interval,  # a Watch sees a lapsed claim within a beat
+        )
         self.metrics = ReplicaMetrics(
             replica_id=config.replica_id,
             is_leader=self.elector.is_leader,
             leader_epoch=self.leader_epoch,
             connected=self._connected,
             missing_packages=lambda: self.syncer.lag,
+            ready=self.health.ready,
             downloaded_bytes=self.downloads,
         )
         # At most one move per silence window; the suspect is left out for a session
@@ -172,6 +180,7 @@ class NimbusDaemon:
             on_stale_server=self.server_mover.move,
         )
         self.elector.beater.add_listener(self.silence.beat_acked)
+        self.elector.beater.add_listener(self.metrics.beat_acked)  # nimbus_beat_latency_seconds
         # A beat held on a live connection: our server holds writes (cut from its quorum,
         # it keeps its clients for syncLimit); move, if it is slower than the others.
         move_on_stalls(self.elector.beater, self.server_mover, config.beats, config.session_timeout)
@@ -182,12 +191,6 @@ class NimbusDaemon:
             start_time_ms=int(time.time() * 1000),
             timeout=config.session_timeout,
             sync_lag=lambda: self.syncer.lag,
-        )
-        self.health = NimbusHealth(
-            connected=self._connected,
-            is_leader=self.elector.is_leader,
-            running=self._running,
-            recheck=config.beats.interval,  # a Watch sees a lapsed claim within a beat
         )
         self.server, self.port = make_grpc_server(
             config.listen,
@@ -407,6 +410,7 @@ class NimbusDaemon:
             heartbeat_timeout=self.config.heartbeat_timeout,
             storms=self.storms.versioned_items,
             subscribe_storms=self.storms.subscribe,
+            on_failing=partial(self.metrics.topologies_failing, term=token),
         ).start()
         if self.security.zk_auth is not None:  # per-topology identities need ZooKeeper auth
             CredentialsDuty(
