@@ -108,6 +108,16 @@ class Paths:
     def request(self, request_id: str) -> str:
         return f"{self.requests}/{request_id}"
 
+    @property
+    def confirmations(self) -> str:
+        """A retried request's outcome, written again in a transaction of the leader's own
+        (``nimbus.duties.confirm``): outside ``/requests``, so it outlives a record that
+        was a ZooKeeper ghost."""
+        return f"{self.root}/confirmed"
+
+    def confirmation(self, request_id: str) -> str:
+        return f"{self.confirmations}/{request_id}"
+
     def storm(self, topology_id: str) -> str:
         return f"{self.storms}/{topology_id}"
 
@@ -171,6 +181,7 @@ class Paths:
             self.names,
             self.errors,
             self.requests,
+            self.confirmations,
             self.supervisors,
             self.assignments,
             self.workerbeats,

@@ -36,8 +36,9 @@ from fencing import (
     run_duty,
     stamp_epoch,
 )
+from nimbus.duties.confirm import UnconfirmedError, recall_committed
 from nimbus.duties.planning import kill_due, rebalance_done
-from nimbus.duties.requests import OnDivergentServer, recall_confirmed, remember
+from nimbus.duties.requests import OnDivergentServer, remember
 from nimbus.duties.sweeper import sweep
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,7 @@ class Lifecycle:
         check_name(name)
         check_request_id(request_id)
         for _ in range(ATTEMPTS):
-            first = recall_confirmed(
-                self._client, self._paths, writer, request_id, self._on_divergent
-            )
+            first = self._recall(writer, request_id)
             if first is not None:
                 return self._answer(first.topology_id, first.epoch)
             topology_id, base, version = self._read(name)
@@ -172,6 +171,17 @@ class Lifecycle:
             f"{name} kept changing under this leader's reads ({ATTEMPTS} attempts, nothing "
             "written); retry with the same request id",
         )
+
+    def _recall(self, writer: FencedWriter, request_id: str) -> records.RequestOutcome | None:
+        """The first outcome of this request id, committed again by us (``confirm``)."""
+        try:
+            return recall_committed(
+                self._client, self._paths, writer, request_id,
+                effects=lambda first: [self._paths.storm(first.topology_id)],
+                on_divergent=self._on_divergent,
+            )  # fmt: skip
+        except UnconfirmedError as e:
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, str(e)) from e
 
     def _read(self, name: str) -> tuple[str, records.StormBase, int]:
         try:
@@ -315,23 +325,25 @@ class LifecycleDuty:
         )
 
     def _prune_requests(self) -> None:
-        try:
-            names = self._client.get_children(self._paths.requests)
-        except NoNodeError:
-            return
-        if len(names) <= 2 * REQUESTS_KEPT:
-            return
-        aged: list[tuple[int, str]] = []
-        for name in names:
+        """The oldest request records and confirmations, beyond the newest kept."""
+        for folder in (self._paths.requests, self._paths.confirmations):
             try:
-                data, _ = self._client.get(self._paths.request(name))
-                aged.append((records.RequestOutcome.FromString(data).time_ms, name))
-            except (NoNodeError, DecodeError):
-                aged.append((0, name))
-        aged.sort()
-        stale = [Delete(self._paths.request(name)) for _, name in aged[:-REQUESTS_KEPT]]
-        for i in range(0, len(stale), 200):
-            self._writer.batch(stale[i : i + 200])
+                names = self._client.get_children(folder)
+            except NoNodeError:
+                continue
+            if len(names) <= 2 * REQUESTS_KEPT:
+                continue
+            aged: list[tuple[int, str]] = []
+            for name in names:
+                try:
+                    data, _ = self._client.get(f"{folder}/{name}")
+                    aged.append((records.RequestOutcome.FromString(data).time_ms, name))
+                except (NoNodeError, DecodeError):
+                    aged.append((0, name))
+            aged.sort()
+            stale = [Delete(f"{folder}/{name}") for _, name in aged[:-REQUESTS_KEPT]]
+            for i in range(0, len(stale), 200):
+                self._writer.batch(stale[i : i + 200])
 
     def _run(self) -> None:
         run_duty(

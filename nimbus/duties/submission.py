@@ -42,13 +42,14 @@ from fencing import (
     stamp_epoch,
 )
 from nimbus.config import NimbusConfig
+from nimbus.duties.confirm import UnconfirmedError, recall_committed
 from nimbus.duties.package_check import (
     CheckLimits,
     PackageCheckFailed,
     PackageInvalid,
     check_package,
 )
-from nimbus.duties.requests import OnDivergentServer, recall_confirmed, remember
+from nimbus.duties.requests import OnDivergentServer, remember
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,13 @@ class Submitter:
         ) from cause
 
     def _replay(self, request_id: str, writer: FencedWriter) -> pb.SubmitTopologyResponse | None:
-        outcome = recall_confirmed(
-            self._client, self._paths, writer, request_id, self._on_divergent
-        )
+        try:
+            outcome = recall_committed(
+                self._client, self._paths, writer, request_id,
+                effects=self._created_by, on_divergent=self._on_divergent,
+            )  # fmt: skip
+        except UnconfirmedError as e:
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, str(e)) from e
         if outcome is None:
             return None
         reply = pb.SubmitTopologyResponse(topology_id=outcome.topology_id, epoch=outcome.epoch)
@@ -277,6 +282,16 @@ class Submitter:
             read_holders_of(self._client, self._paths, outcome.topology_id).replicas
         )
         return reply
+
+    def _created_by(self, first: records.RequestOutcome) -> list[str]:
+        """What a submit's transaction created besides its record: the topology's record
+        and its name (read from the record, when our server shows it)."""
+        storm = self._paths.storm(first.topology_id)
+        try:
+            name = records.StormBase.FromString(self._client.get(storm)[0]).name
+        except (KazooException, DecodeError):
+            return [storm]
+        return [storm, self._paths.name(name)] if name else [storm]
 
     def _new_id(self, name: str) -> str:
         with self._counter_lock:
