@@ -81,6 +81,9 @@ def figures(result: RunResult) -> dict[str, Any]:
         "trials": len(result.faults),
         "recovered": sum(f.recovered for f in result.faults),
         "violations": {k: len(v) for k, v in result.violations.items()},
+        # Trials in which a ZooKeeper server's digest mismatches rose: ZooKeeper itself
+        # diverged (ZOOKEEPER-4837); their violations still count above.
+        "zk_diverged": sum(f.zk_diverged is True for f in result.faults),
         "violation_examples": {k: v[:5] for k, v in result.violations.items() if v},
         "unavailable_s": _spread(gaps),
         "unavailable_T": _spread([g / T for g in gaps]),
@@ -145,22 +148,24 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         "leader's take-office write (ZooKeeper's ctime of /epochs/<n>); failed calls: calls "
         "that ended in an error with the client's default deadlines. Violations S1/S2/S3/S4.",
         "",
-        "| fault | trials | recovered | S1/S2/S3/S4 | unavailable p50 / p99 / max (s) "
+        "| fault | trials | recovered | S1/S2/S3/S4 | zk diverged "
+        "| unavailable p50 / p99 / max (s) "
         "| in T (p99) | failover p50 / max (s) | failed calls | after heal p50 / max (s) "
         "| leader changes | target | met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in report["faults"].items():
         if "skipped" in f or "error" in f:
             why = f.get("skipped") or f"harness error: {f['error'][:120]}"
-            lines.append(f"| {name} | 0 | - | - | - | - | - | - | - | - | {why} | - |")
+            lines.append(f"| {name} | 0 | - | - | - | - | - | - | - | - | - | {why} | - |")
             continue
         v, u, h = f["violations"], f["unavailable_s"], f["after_heal_s"]
         fo = f.get("failover_s") or {"p50": None, "max": None}
         met_text = f"{f['target_met']}/{f['target_applies']}" if f["target_applies"] else "n/a"
         lines.append(
             f"| {name} | {f['trials']} | {f['recovered']} | "
-            f"{v['S1']}/{v['S2']}/{v['S3']}/{v['S4']} | {u['p50']} / {u['p99']} / {u['max']} | "
+            f"{v['S1']}/{v['S2']}/{v['S3']}/{v['S4']} | {f.get('zk_diverged', '-')} | "
+            f"{u['p50']} / {u['p99']} / {u['max']} | "
             f"{f['unavailable_T']['p99']} | {fo['p50']} / {fo['max']} | {f['failed_calls']} | "
             f"{h['p50']} / {h['max']} | {f['leader_changes']} | "
             f"{f['target']} | {met_text} |"

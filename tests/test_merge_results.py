@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-from merge_results import MergeError, merge  # noqa: E402
+_SPEC = importlib.util.spec_from_file_location("merge_results", REPO / "bench" / "merge_results.py")
+assert _SPEC is not None and _SPEC.loader is not None
+_MODULE = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_MODULE)  # a bench script, not a package: loaded by its path
+MergeError, merge = _MODULE.MergeError, _MODULE.merge
 
 
 def _results(t: float, **faults: int) -> dict[str, object]:

@@ -61,6 +61,9 @@ class Fault:
     # From the fault to the new leader taking office: the ctime ZooKeeper gave the
     # ``/epochs/<n>`` node that the fenced take-office multi-op created. None: no new term.
     failover_s: float | None = None
+    # A ZooKeeper server's ``zk_digest_mismatches_count`` rose during the trial (ZooKeeper
+    # itself diverged, ``tests/chaos/zk_digest.py``); None: not read.
+    zk_diverged: bool | None = None
 
 
 @dataclass

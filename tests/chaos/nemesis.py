@@ -22,6 +22,7 @@ from pathlib import Path
 
 from devtools.netns import LoopbackPortCut
 from leader.settings import DEFAULT_SILENCE_WINDOW
+from tests.chaos import zk_digest
 from tests.chaos.harness import ChaosCluster, LeaderView
 from tests.chaos.history import Fault, History
 from tests.waiting import wait_until
@@ -78,6 +79,7 @@ class Nemesis:
         before = self.cluster.wait_healthy(recover_timeout)
         self._wait_writes_after(self.history.now(), 2, recover_timeout)
         fault = Fault(kind.name, trial, start=0.0, epoch_before=before.epoch)
+        digests = zk_digest.mismatches(self.cluster.zk)
         try:
             kind.run(self, fault, before)
         except Exception as e:  # the nemesis failed, not the service: say so, heal, go on
@@ -96,6 +98,9 @@ class Nemesis:
             fault.note = str(e)[:2000]
             self.cluster.heal_all()
             return fault
+        finally:
+            if digests:
+                fault.zk_diverged = zk_digest.rose(digests, zk_digest.mismatches(self.cluster.zk))
         fault.epoch_after = after.epoch
         fault.leader_after = after.index
         fault.recovered = not fault.note.startswith("nemesis error")
