@@ -18,7 +18,10 @@ an ``unless``: asked once a server answered, it calls the move off (our server a
 meanwhile: it was no slower than the one probed, the ensemble is slow).
 
 kazoo has no public "reconnect elsewhere": the drop uses its own test hook
-(``_CONNECTION_DROP``), and the current server is read from its connection's socket.
+(``_CONNECTION_DROP``), and the current server is read from its connection's socket. Left
+alone, kazoo would go on from the drop to the next address of the list it expanded before
+the move, the suspect's other neighbour whatever the probe said; ``cluster.host_list``
+makes the first attempt after the move go to a server of the new list.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
 
+from cluster.host_list import follow_host_list
 from cluster.quorum_probe import Probe
 
 log = logging.getLogger(__name__)
@@ -83,6 +87,7 @@ class ServerMover:
         probe: Probe | None = None,
     ) -> None:
         self._client = client
+        follow_host_list(client)
         self._hosts: list[tuple[str, int]] = list(client.hosts)
         self._chroot = client.chroot or ""
         self._min_interval = min_interval
@@ -149,7 +154,8 @@ class ServerMover:
             why,
             ", ".join(move.others),
         )
-        # Dropped, the connection loop goes on to another host of its list, session kept.
+        # Dropped, the connection loop's next attempt goes to a host of the new list
+        # (``follow_host_list``), session kept.
         self._client._call(_CONNECTION_DROP, self._client.handler.async_result())
         if self._on_move is not None:
             self._on_move(move)

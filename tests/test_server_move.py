@@ -4,6 +4,9 @@ refused a second move within its interval, and gets the whole host list back lat
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 from kazoo.client import KazooClient, KazooState
 
 from cluster.quorum_probe import probe_for, reaches_quorum, servers_reaching_quorum
@@ -116,6 +119,68 @@ def test_a_move_goes_only_to_a_server_that_opens_a_session(
         )
         healthy_ensemble.pause(mine)  # now both others of `good` are frozen
         assert mover.move("planted again, the ensemble stalls") is None
+    finally:
+        mover.stop()
+        client.stop()
+        client.close()
+
+
+class _Attempts(logging.Handler):
+    """The ports a kazoo client tries, in order, from its "Connecting to" log lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.ports: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Connecting to") and isinstance(record.args, tuple):
+            self.ports.append(int(record.args[2]))
+
+
+def attempts_logger(name: str) -> tuple[logging.Logger, _Attempts]:
+    """A logger for ``KazooClient(logger=...)`` that records where the client connects."""
+    logger = logging.getLogger(f"tests.kazoo.{name}.{uuid.uuid4().hex[:8]}")
+    logger.setLevel(logging.INFO)
+    attempts = _Attempts()
+    logger.addHandler(attempts)
+    return logger, attempts
+
+
+def test_the_first_attempt_after_a_move_goes_to_the_server_the_probe_chose(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    """Hosts in a fixed order (f1, f2, leader), connected to f1, f2 frozen: the probe
+    chooses the leader. kazoo's pass over the old list would try f2 next, for T/3, and the
+    session could expire there; the move's first attempt must be the chosen server."""
+    leader = healthy_ensemble.leader_index()
+    assert leader is not None
+    first, frozen = [i for i in range(3) if i != leader]
+    ports = healthy_ensemble.client_ports
+    logger, attempts = attempts_logger("move")
+    client = KazooClient(
+        hosts=",".join(f"127.0.0.1:{ports[i]}" for i in (first, frozen, leader)),
+        timeout=10.0,
+        randomize_hosts=False,
+        logger=logger,
+    )
+    mover = ServerMover(client, min_interval=0.0, quarantine=60.0, probe=probe_for(client, 10.0))
+    client.start(timeout=30)
+    try:
+        assert current_server(client) == f"127.0.0.1:{ports[first]}"
+        session = client.client_id[0]
+        healthy_ensemble.pause(frozen)
+        before = len(attempts.ports)
+        done = mover.move("planted: this server is accused")
+        assert done is not None and done.others == (f"127.0.0.1:{ports[leader]}",)
+        wait_until(
+            lambda: (
+                client.state == KazooState.CONNECTED and current_server(client) == done.others[0]
+            ),
+            timeout=30,
+            message="reconnected to the server the probe chose",
+        )
+        assert attempts.ports[before:] == [ports[leader]], "its first attempt, and only one"
+        assert client.client_id[0] == session
     finally:
         mover.stop()
         client.stop()
