@@ -16,6 +16,8 @@ from typing import NamedTuple
 from cluster.api import records
 from cluster.errors import NimbusError
 from cluster.paths import worker_name
+from fencing.errors import ConflictReason, WriteConflictError
+from fencing.ops import Create, Delete, Op
 
 #: Topologies that get workers. INACTIVE keeps its workers (spouts paused, as in Storm);
 #: CODE_MISSING keeps whatever assignment it has but is never (re)placed.
@@ -251,3 +253,27 @@ def describe(slots: Sequence[records.SlotAssignment]) -> str:
 def kill_due(base: records.StormBase, now_ms: int) -> bool:
     """A killed topology's removal is due: its ``--wait`` (Storm's drain) is over."""
     return base.status == records.KILLED and now_ms >= base.kill_time_ms + base.kill_wait_s * 1000
+
+
+# -- proofs at the quorum -------------------------------------------------------------------
+
+
+def proof_of_absence(path: str) -> list[Op]:
+    """Ops that commit only where ZooKeeper's quorum has no node at ``path``: create it and
+    delete it again, in the multi-op of the write that acts on its absence (as taking
+    office proves the last term's lock node gone, ``fencing.office``).
+
+    One server's "no such node" may be wrong (a server behind its quorum, or one that
+    diverged from it, ZOOKEEPER-4837); the create fails (NodeExists) unless the quorum
+    lacks the node too, and then the whole multi-op is refused. ``path``'s parent must
+    exist at the quorum: where it does not, the create fails as well (NoNode) and the
+    write is refused, the safe side. Every path proved here is a record in a folder the
+    leader creates at start and never deletes (``/storms/<id>``, ``/names/<name>``).
+    """
+    return [Create(path), Delete(path)]
+
+
+def disproved(error: WriteConflictError, path: str) -> bool:
+    """Whether ``error`` is ``proof_of_absence(path)`` failing: the quorum has ``path``
+    (or lacks its parent), and nothing was written."""
+    return error.path == path and error.reason in (ConflictReason.EXISTS, ConflictReason.NO_NODE)

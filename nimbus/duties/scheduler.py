@@ -22,9 +22,10 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from cluster.api import records
 from cluster.paths import Paths, parse_worker_name
-from cluster.reads import read_storms_versioned, storm_readable
+from cluster.reads import read_storms_versioned
+from cluster.server_move import current_server
 from fencing import FencedWriter, WriteConflictError, run_duty
-from fencing.ops import Check
+from fencing.ops import Check, Delete, Op
 from nimbus.duties.failing import count_failing
 from nimbus.duties.failure_log import FailureLog
 from nimbus.duties.planning import (
@@ -33,13 +34,16 @@ from nimbus.duties.planning import (
     SchedulerError,
     Slot,
     describe,
+    disproved,
     kill_due,
     live_supervisors,
     plan,
+    proof_of_absence,
     respread_due,
     same_slots,
     stale_slots,
 )
+from nimbus.duties.sweeper import catch_up, tree_deletes
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +142,7 @@ class SchedulerDuty:
         versions = {tid: version for tid, (_, version) in view.items()}
         stored = self._read_assignments()
         current = {tid: s.record for tid, s in stored.items() if s.record is not None}
-        beats = self._read_heartbeats()
+        beats, beat_versions = self._read_heartbeats()
         if self._on_failing is not None:
             self._on_failing(count_failing(storms, {t: b.values() for t, b in beats.items()}))
         supervisors = live_supervisors(
@@ -157,18 +161,28 @@ class SchedulerDuty:
             timeout_ms=self._timeout_ms,
             not_before_ms=self._started_ms,
         )
-        # Assigned topologies missing from our view whose record is there all the same
-        # (a read lost to a disconnect): never give their slots away on a stale view.
-        # Ids are never reused, so one found absent here stays absent.
-        unread = {
-            tid
-            for tid in stored
-            if tid not in storms and storm_readable(self._client, self._paths, tid)
-        }
+        # Removals first: a topology's slots are given away only once the removal of its
+        # assignment committed, with its evidence proved at the quorum (``_evidence``).
+        # Our server may lack a record its quorum has, or the view miss one (a read lost
+        # to a disconnect): then the removal is refused, and its slots stay reserved.
+        removed: list[str] = []
+        kept: set[str] = set()
+        for tid in sorted(stored):
+            base = storms.get(tid)
+            if base is not None and not kill_due(base, now):
+                continue
+            evidence = self._evidence(tid, base, versions.get(tid))
+            if evidence is None:
+                log.info("keeping the assignment of %s: its record is there, not yet read", tid)
+            elif self._remove(tid, stored[tid].version, evidence):
+                why = "killed" if base is not None else "no longer in /storms"
+                removed.append(f"{tid}: assignment removed ({why})")
+                continue
+            kept.add(tid)
         reserved = [
             Slot(s.supervisor_id, s.slot)
             for tid, a in current.items()
-            if tid in unread
+            if tid in kept
             or (tid in storms and tid not in scheduled and not kill_due(storms[tid], now))
             for s in a.slots
         ]
@@ -193,18 +207,13 @@ class SchedulerDuty:
             )
             if change:
                 changes.append(change)
-        for tid in sorted(stored):
-            base = storms.get(tid)
-            if tid in unread:
-                log.info("keeping the assignment of %s: its record is there, not yet read", tid)
-            elif base is None or kill_due(base, now):
-                changes.extend(self._remove(tid, stored[tid].version, base))
+        changes.extend(removed)
         in_use: dict[str, set[Slot]] = {}  # before and after this pass
         for tid, a in current.items():
             in_use.setdefault(tid, set()).update(Slot(s.supervisor_id, s.slot) for s in a.slots)
         for tid, placed in result.assignments.items():
             in_use.setdefault(tid, set()).update(Slot(s.supervisor_id, s.slot) for s in placed)
-        changes.extend(self._clean_heartbeats(storms, set(stored), in_use, beats, now))
+        changes.extend(self._clean_heartbeats(view, set(stored), in_use, beats, beat_versions, now))
         changes.extend(
             self._failures.record_new(
                 (tid, str(slot), beat)
@@ -254,22 +263,65 @@ class SchedulerDuty:
         before = describe(old.slots) if old is not None else "none"
         return f"{tid}: {before} -> {describe(slots)}" + (" (rebalanced)" if afresh else "")
 
-    def _remove(self, tid: str, version: int, base: records.StormBase | None) -> list[str]:
-        why = "killed" if base is not None else "no longer in /storms"
+    def _evidence(
+        self, tid: str, base: records.StormBase | None, version: int | None
+    ) -> list[Op] | None:
+        """What removing ``tid``'s assignment or heartbeats rests on, as ops for the same
+        multi-op; None when nothing may be removed (its record is there, the view missed
+        it). Killed in the view: its record still at the version the view read (a kill
+        our server showed may have been a ZooKeeper ghost). Absent from the view: read now;
+        absent, proved absent at the quorum (``/storms`` is made at start and never
+        deleted, so the create in the proof has its parent); damaged (every reader skips
+        it), still damaged at the version read."""
+        path = self._paths.storm(tid)
+        if base is not None:
+            return [Check(path, -1 if version is None else version)]
         try:
-            self._writer.delete(self._paths.assignment(tid), version=version)
-            self._writer.delete_recursive(self._paths.workerbeats_of(tid))
+            data, stat = self._client.get(path)
+        except NoNodeError:
+            return proof_of_absence(path)
+        try:
+            records.StormBase.FromString(data)
+        except DecodeError:
+            return [Check(path, int(stat.version))]
+        return None
+
+    def _remove(self, tid: str, version: int, evidence: list[Op]) -> bool:
+        """The assignment and the heartbeats of ``tid``, in one multi-op with ``evidence``;
+        False (logged, our server synced on the path) when the quorum refused it."""
+        ops = [
+            *evidence,
+            Delete(self._paths.assignment(tid), version),
+            *tree_deletes(self._client, self._paths.workerbeats_of(tid)),
+        ]
+        return self._commit(tid, ops, "the assignment")
+
+    def _commit(self, tid: str, ops: list[Op], what: str) -> bool:
+        try:
+            self._writer.batch(ops)
         except WriteConflictError as e:
-            log.info("could not remove the assignment of %s yet: %s", tid, e)
-            return []
-        return [f"{tid}: assignment removed ({why})"]
+            if disproved(e, self._paths.storm(tid)):
+                log.warning(
+                    "ZooKeeper server %s showed %s gone and the quorum has it: %s of %s "
+                    "stays (the server is behind or diverged)",
+                    current_server(self._client),
+                    e.path,
+                    what,
+                    tid,
+                )
+            else:
+                log.info("could not remove %s of %s yet: %s", what, tid, e)
+            catch_up(self._client, e.path)
+            return False
+        return True
 
     def _clean_heartbeats(
         self,
-        storms: Mapping[str, records.StormBase],
+        view: Mapping[str, tuple[records.StormBase, int]],
         had_assignment: set[str],
         in_use: Mapping[str, set[Slot]],
         beats: Mapping[str, Mapping[Slot, records.WorkerHeartbeat]],
+        beat_versions: Mapping[str, int],
         now_ms: int,
     ) -> list[str]:
         """Remove heartbeats nobody will update: of gone topologies, of unassigned slots.
@@ -278,26 +330,29 @@ class SchedulerDuty:
         removes it only once it is stale too (its supervisor is dead), so the two never
         fight over a node a live supervisor is still about to delete. ``in_use`` holds
         the slots of each topology before and after this pass: a write that lost a race
-        must not cost a live worker its heartbeat.
+        must not cost a live worker its heartbeat. Each removal rests on what it was
+        decided on, at the quorum: a gone topology's evidence (``_evidence``), a stale
+        heartbeat's version (a worker that beat since keeps it).
         """
         changes: list[str] = []
         for tid in sorted(beats):
-            base = storms.get(tid)
-            try:
-                if base is None or base.status == records.KILLED:
-                    # with an assignment, ``_remove`` took its heartbeats along with it
-                    if tid not in had_assignment and self._writer.delete_recursive(
-                        self._paths.workerbeats_of(tid)
-                    ):
-                        changes.append(f"{tid}: heartbeats removed (topology gone)")
+            base, version = view.get(tid, (None, None))
+            if base is None or base.status == records.KILLED:
+                # with an assignment, ``_remove`` took its heartbeats along with it
+                evidence = None if tid in had_assignment else self._evidence(tid, base, version)
+                if (
+                    evidence is not None
+                    and (deletes := tree_deletes(self._client, self._paths.workerbeats_of(tid)))
+                    and self._commit(tid, [*evidence, *deletes], "the heartbeats")
+                ):
+                    changes.append(f"{tid}: heartbeats removed (topology gone)")
+                continue
+            for key, beat in sorted(beats[tid].items()):
+                if key in in_use.get(tid, ()) or now_ms - beat.time_ms <= self._timeout_ms:
                     continue
-                for key, beat in sorted(beats[tid].items()):
-                    if key in in_use.get(tid, ()) or now_ms - beat.time_ms <= self._timeout_ms:
-                        continue
-                    self._writer.delete(self._paths.workerbeat(tid, str(key)))
+                path = self._paths.workerbeat(tid, str(key))
+                if self._commit(tid, [Delete(path, beat_versions[path])], f"heartbeat {key}"):
                     changes.append(f"{tid}: stale heartbeat of unassigned {key} removed")
-            except WriteConflictError as e:
-                log.info("heartbeat clean-up of %s deferred: %s", tid, e)
         return changes
 
     # -- reads ----------------------------------------------------------------------------
@@ -331,23 +386,30 @@ class SchedulerDuty:
             result[sid] = info
         return result
 
-    def _read_heartbeats(self) -> dict[str, dict[Slot, records.WorkerHeartbeat]]:
+    def _read_heartbeats(
+        self,
+    ) -> tuple[dict[str, dict[Slot, records.WorkerHeartbeat]], dict[str, int]]:
+        """The heartbeats by topology and slot, and each node's version by path."""
         result: dict[str, dict[Slot, records.WorkerHeartbeat]] = {}
+        versions: dict[str, int] = {}
         for tid in self._children(self._paths.workerbeats):
             beats: dict[Slot, records.WorkerHeartbeat] = {}
             for name in self._children(self._paths.workerbeats_of(tid)):
                 parsed = parse_worker_name(name)
                 if parsed is None:
                     continue
+                path = self._paths.workerbeat(tid, name)
                 try:
-                    data, _ = self._client.get(self._paths.workerbeat(tid, name))
+                    data, stat = self._client.get(path)
                     beats[Slot(*parsed)] = records.WorkerHeartbeat.FromString(data)
                 except NoNodeError:
                     continue
                 except DecodeError:
                     log.warning("ignoring damaged heartbeat %s/%s", tid, name)
+                    continue
+                versions[path] = int(stat.version)
             result[tid] = beats
-        return result
+        return result, versions
 
     def _children(self, path: str) -> list[str]:
         try:
