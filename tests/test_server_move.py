@@ -126,15 +126,20 @@ def test_a_move_goes_only_to_a_server_that_opens_a_session(
 
 
 class _Attempts(logging.Handler):
-    """The ports a kazoo client tries, in order, from its "Connecting to" log lines."""
+    """The ports a kazoo client tries, in order, and those it connected to, from its log."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.ports: list[int] = []
+        self.connected: list[int] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Zookeeper connection established") and self.ports:
+            self.connected.append(self.ports[-1])
         if str(record.msg).startswith("Connecting to") and isinstance(record.args, tuple):
-            self.ports.append(int(record.args[2]))
+            port = record.args[2]  # kazoo: "Connecting to %s(%s):%s", host, address, port
+            if isinstance(port, int):
+                self.ports.append(port)
 
 
 def attempts_logger(name: str) -> tuple[logging.Logger, _Attempts]:
