@@ -274,6 +274,6 @@ def proof_of_absence(path: str) -> list[Op]:
 
 
 def disproved(error: WriteConflictError, path: str) -> bool:
-    """Whether ``error`` is ``proof_of_absence(path)`` failing: the quorum has ``path``
-    (or lacks its parent), and nothing was written."""
-    return error.path == path and error.reason in (ConflictReason.EXISTS, ConflictReason.NO_NODE)
+    """Whether ``error`` is ``proof_of_absence(path)`` refuted: the quorum has ``path``,
+    and nothing was written. (A missing parent is a conflict like any other.)"""
+    return error.path == path and error.reason is ConflictReason.EXISTS

@@ -4,7 +4,9 @@ Two layers. ``plan`` and the staleness helpers are pure (``nimbus.duties.plannin
 ``SchedulerDuty`` is the leader-only thread that reads ZooKeeper, calls ``plan`` and writes
 only the assignments that changed, fenced and compare-and-set. Placement is sticky: a
 worker stays where it is while its supervisor is registered and its heartbeat is fresh,
-so a failover or a new supervisor moves nothing.
+so a failover or a new supervisor moves nothing. A removal commits only with what it was
+decided on proved at the quorum, in its own multi-op (``_evidence``): reads come from one
+ZooKeeper server, which may lack a record its quorum has (ZOOKEEPER-4837).
 """
 
 from __future__ import annotations

@@ -126,11 +126,12 @@ def tree_deletes(client: KazooClient, path: str) -> list[Op]:
 
 @dataclass(frozen=True)
 class Resurrected:
-    """A record to remove, the topology its request acknowledged, and the version at
-    which our server showed the request's record say so."""
+    """A record to remove, the topology its request acknowledged, and the request's
+    record at the version our server showed it say so."""
 
     topology_id: str
     acked: str
+    request_id: str
     request_version: int
 
 
@@ -156,7 +157,7 @@ def resurrected(
             continue  # pruned or damaged: no proof of which was acknowledged; leave them
         if outcome.method == "SubmitTopology" and outcome.topology_id in ids:
             acked, version = outcome.topology_id, int(stat.version)
-            found += [Resurrected(tid, acked, version) for tid in ids if tid != acked]
+            found += [Resurrected(tid, acked, request_id, version) for tid in ids if tid != acked]
     return found
 
 
@@ -180,7 +181,7 @@ def _remove_resurrected(
     data, stat = client.get(paths.storm(attempt.topology_id))
     base = records.StormBase.FromString(data)
     ops: list[Op] = [
-        Check(paths.request(base.client_request_id), attempt.request_version),
+        Check(paths.request(attempt.request_id), attempt.request_version),
         Check(paths.storm(attempt.acked)),
         Delete(paths.storm(attempt.topology_id), int(stat.version)),
     ]
@@ -229,9 +230,11 @@ def sweep(
         removed.append(f"resurrected attempt {topology_id} removed ({acked} kept)")
     refuted: set[str] = set()  # topologies whose record the quorum has: one refusal each
     for orphan in orphans(client, paths, now_ms=now_ms):
+        if orphan.topology_id in refuted:
+            continue
         record = paths.storm(orphan.topology_id)
         deletes = tree_deletes(client, orphan.tree)
-        if orphan.topology_id in refuted or not deletes:
+        if not deletes:
             continue
         try:
             writer.batch([*proof_of_absence(record), *deletes])
@@ -253,9 +256,9 @@ def sweep(
 
 
 def catch_up(client: KazooClient, path: str) -> None:
-    """Bring our server up to the quorum on ``path`` before the next sweep reads it (a
-    server behind catches up; one that diverged does not, and the next multi-op is
-    refused again, once a sweep)."""
+    """Bring our server up to the quorum on ``path`` after a refused write, before the
+    duty's next pass reads it again (a server behind catches up; one that diverged does
+    not, and the next pass's multi-op is refused again: once a pass, never in a loop)."""
     try:
         client.sync(path)
     except KazooException as e:
