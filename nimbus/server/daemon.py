@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2_grpc
 from kazoo.client import KazooClient, KazooState
 
 from cluster.api import records, rpc
+from cluster.ensemble_listing import check_servers_listed
 from cluster.errors import ConfigError
 from cluster.factory import connect, make_grpc_server, make_kazoo_client
 from cluster.quorum_probe import probe_for
@@ -287,11 +288,13 @@ class NimbusDaemon:
         connect(self.client, self.config.zookeeper, self.config.connect_timeout)
         self._started.append(lambda: _close(self.client))
         check_session_timeout(self.client, self.config.session_timeout)
-        self.session_pin.pin_now()  # the bulk session reads the history ours writes
-        connect(self.bulk_client, self.config.zookeeper, self.config.connect_timeout)
-        self._started.append(lambda: _close(self.bulk_client))
+        check_servers_listed(self.client, self.config.zookeeper)  # moves and pins need them
+        # The bulk session reads the history ours writes: pinned, and following every move
+        # of ours from here on, its own first connection included.
         self.session_pin.start()
         self._started.append(self.session_pin.stop)
+        connect(self.bulk_client, self.config.zookeeper, self.config.connect_timeout)
+        self._started.append(lambda: _close(self.bulk_client))
 
     def _stop_server_now(self) -> None:
         self.server.stop(0).wait(1)
