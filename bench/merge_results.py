@@ -23,9 +23,9 @@ class MergeError(ValueError):
 
 def merge(source: dict[str, Any], target: dict[str, Any], source_name: str) -> dict[str, Any]:
     """``target`` with ``source``'s fault rows (and their trials) in place of its own."""
-    for key in ("session_timeout_s", "zookeeper_force_sync"):
-        if key in source and key in target and source[key] != target[key]:
-            raise MergeError(f"{key} differs: {source[key]} in {source_name}, {target[key]}")
+    key = "session_timeout_s"  # rows of another T measure something else
+    if key in source and key in target and source[key] != target[key]:
+        raise MergeError(f"{key} differs: {source[key]} in {source_name}, {target[key]}")
     faults = dict(source.get("faults") or {})
     if not faults:
         raise MergeError(f"{source_name} has no fault rows")
@@ -37,6 +37,8 @@ def merge(source: dict[str, Any], target: dict[str, Any], source_name: str) -> d
         "from": source_name,
         "faults": sorted(faults),
         "machine": source.get("machine"),
+        "zookeeper_force_sync": source.get("zookeeper_force_sync"),
+        "notes": source.get("notes"),
         "failed_calls": sum(int(r.get("failed_calls", 0)) for r in faults.values()),
     }
     merged["merged"] = [m for m in target.get("merged", []) if set(m["faults"]) - set(faults)] + [
