@@ -78,7 +78,9 @@ def take_leadership(client: KazooClient) -> tuple[Lock, FencedWriter]:
     lock = Lock(client, LOCK_PATH, identifier=HOLDER)
     if not lock.acquire(timeout=30):
         raise RuntimeError(f"could not take {LOCK_PATH} within 30 s")
-    lock_node = f"{lock.path}/{lock.node}"
+    lock_node = Paths(ROOT).lock_node_of(lock)
+    if lock_node is None:
+        raise RuntimeError(f"acquired {LOCK_PATH} without a lock node")
     epoch = take_office(
         client,
         Paths(ROOT),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 #: A cluster's root: an absolute ZooKeeper path of plain segments, like ``/storm``.
 ROOT_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
@@ -15,6 +16,14 @@ ROOT_RE = re.compile(r"(/[A-Za-z0-9._-]+)+")
 
 def valid_root(root: str) -> bool:
     return ROOT_RE.fullmatch(root) is not None
+
+
+class QueuedLock(Protocol):
+    """What ``Paths.lock_node_of`` reads of a kazoo ``Lock``: its folder and the name of
+    its node in that folder (None while it has none)."""
+
+    path: str
+    node: str | None
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,19 @@ class Paths:
     def lock_node(self, name: str) -> str:
         """One node of the lock queue, by its name as listed."""
         return f"{self.leader_lock}/{name}"
+
+    def lock_node_of(self, lock: QueuedLock) -> str | None:
+        """The full path of a queued lock's node; None while it has none. A lock of another
+        folder is a wiring mistake: ``ValueError``."""
+        if lock.path != self.leader_lock:
+            raise ValueError(f"a lock on {lock.path}, not on the lock queue {self.leader_lock}")
+        node = lock.node  # read once: another thread may be leaving the queue
+        return self.lock_node(node) if node else None
+
+    def is_lock_node(self, path: str) -> bool:
+        """Whether ``path`` names one node of the lock queue (a child of ``leader_lock``)."""
+        folder, _, name = path.rpartition("/")
+        return folder == self.leader_lock and bool(name)
 
     @property
     def leader_epoch(self) -> str:

@@ -136,7 +136,7 @@ def preempt_silent(
     ``DELETED``, or which check failed (nothing written). ``WriteOutcomeUnknown`` when the
     connection dropped with it in flight.
     """
-    if not lock_node.startswith(paths.leader_lock + "/"):
+    if not paths.is_lock_node(lock_node):
         raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
     ops: list[Op] = [Delete(paths.beat(lock_node), beat_version), Delete(lock_node)]
     if epoch_version >= 0:  # no /leader-epoch yet: no term to check (a first winner died)
@@ -154,7 +154,7 @@ def preempt_beatless(
 
     ``DELETED``, or which check failed (nothing written).
     """
-    if not lock_node.startswith(paths.leader_lock + "/"):
+    if not paths.is_lock_node(lock_node):
         raise ValueError(f"{lock_node} is not a node of the lock queue {paths.leader_lock}")
     beat = paths.beat(lock_node)
     ops: list[Op] = [Create(beat, b"", ephemeral=True), Delete(beat), Delete(lock_node)]

@@ -170,8 +170,7 @@ class Elector:
         """Our lock node's path while queued or leading (what the beater beats)."""
         with self._lock_guard:
             lock = self._lock
-        node = None if lock is None else lock.node
-        return None if not node or lock is None else f"{lock.path}/{node}"
+        return None if lock is None else self._paths.lock_node_of(lock)
 
     def code_changed(self) -> None:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
@@ -252,7 +251,9 @@ class Elector:
         except CancelledError:
             self._release(lock)
             return
-        lock_node = f"{lock.path}/{lock.node}"
+        lock_node = self._paths.lock_node_of(lock)
+        if lock_node is None:  # acquire() names the node it made; never seen without one
+            raise RuntimeError("won the lock without a lock node")
         self._note(f"won the lock ({lock.node})")
         self._taking_office(True)
         try:
@@ -442,7 +443,7 @@ class Elector:
         """Leave the queue within a deadline (``leader.term.leave_lock``)."""
         if lock is None:
             return
-        leave_lock(self._client, lock, timeout=self._s.session_timeout / 3)
+        leave_lock(self._client, self._paths, lock, timeout=self._s.session_timeout / 3)
         with self._lock_guard:
             if self._lock is lock:
                 self._lock = None

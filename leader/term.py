@@ -70,11 +70,11 @@ def watch_lock_node(client: KazooClient, token: LeadershipToken) -> None:
         token.cancel(CancelReason.WATCH_FAILED, type(e).__name__)
 
 
-def leave_lock(client: KazooClient, lock: Lock, *, timeout: float) -> None:
+def leave_lock(client: KazooClient, paths: Paths, lock: Lock, *, timeout: float) -> None:
     """Delete our lock node within ``timeout`` and forget it; also drops a lock whose node
     is already gone (kazoo would keep believing it holds it). Not kazoo's ``release``: it
     retries without bound while the link is down, and SIGTERM would hang on it."""
-    node = f"{lock.path}/{lock.node}" if lock.node else None
+    node = paths.lock_node_of(lock)
     if node is not None and client.state == KazooState.CONNECTED:
         try:
             leave_queue(client, lock_node=node, timeout=timeout)

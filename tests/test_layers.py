@@ -2,8 +2,8 @@
 
 ``devtools`` > ``nimbus`` > ``pipeline`` > ``leader | code_sync`` > ``fencing`` > ``cluster``:
 the import-linter contract in ``pyproject.toml`` says it, and these tests run it (and prove
-it fails on a wrong import), find import cycles, and find layout paths built outside
-``cluster/paths.py``.
+it fails on a wrong import), find import cycles, and find layout paths built, or lock
+nodes named or recognised, outside ``cluster/paths.py``.
 """
 
 from __future__ import annotations
@@ -154,10 +154,8 @@ def _hand_joined(node: ast.JoinedStr) -> bool:
     return False
 
 
-def layout_literals(source: str, filename: str) -> list[str]:
-    """Non-docstring string literals (f-string parts included) naming a layout folder."""
-    tree = ast.parse(source, filename)
-    docstrings = {
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -165,6 +163,12 @@ def layout_literals(source: str, filename: str) -> list[str]:
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
+
+
+def layout_literals(source: str, filename: str) -> list[str]:
+    """Non-docstring string literals (f-string parts included) naming a layout folder."""
+    tree = ast.parse(source, filename)
+    docstrings = _docstrings(tree)
     found: list[str] = []
     for node in ast.walk(tree):
         if (
@@ -188,6 +192,88 @@ def test_only_cluster_paths_builds_layout_paths() -> None:
                 continue
             found += layout_literals(path.read_text(encoding="utf-8"), rel)
     assert found == []
+
+
+#: Where the lock-node rules are scanned for: the product packages and the benches.
+LOCK_NODE_SCANNED = (*PACKAGES, "bench")
+#: kazoo's Lock names its nodes ``<uuid>__lock__<sequence>``.
+_LOCK_MARK = "__lock__"
+
+
+def _is_node_attr(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "node"
+
+
+def _lock_node_built(node: ast.AST) -> bool:
+    """``f"{lock.path}/{lock.node}"`` or ``lock.path + "/" + lock.node``: a lock's node path."""
+    if isinstance(node, ast.JoinedStr):
+        return any(
+            isinstance(part, ast.Constant)
+            and str(part.value).endswith("/")
+            and isinstance(after, ast.FormattedValue)
+            and _is_node_attr(after.value)
+            for part, after in itertools.pairwise(node.values)
+        )
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Add)
+        and (_is_node_attr(node.left) or _is_node_attr(node.right))
+    )
+
+
+def _lock_node_tested(node: ast.AST) -> bool:
+    """``path.startswith(paths.leader_lock ...)``: "is this a lock node" by hand."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("startswith", "removeprefix", "partition", "rpartition")
+        and any(
+            isinstance(sub, ast.Attribute) and sub.attr == "leader_lock"
+            for arg in node.args
+            for sub in ast.walk(arg)
+        )
+    )
+
+
+def lock_node_handling(source: str, filename: str) -> list[str]:
+    """Lock-node paths built, or lock nodes recognised, by hand (not by ``Paths``)."""
+    tree = ast.parse(source, filename)
+    docstrings = _docstrings(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        marked = (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and _LOCK_MARK in node.value
+        )
+        if marked or _lock_node_built(node) or _lock_node_tested(node):
+            found.append(f"{filename}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_cluster_paths_names_lock_nodes() -> None:
+    found: list[str] = []
+    for package in LOCK_NODE_SCANNED:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel == "cluster/paths.py" or "/api/v1/" in rel:
+                continue
+            found += lock_node_handling(path.read_text(encoding="utf-8"), rel)
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'node = f"{lock.path}/{lock.node}"',
+        'node = lock.path + "/" + lock.node',
+        'ok = lock_node.startswith(paths.leader_lock + "/")',
+        'ours = [c for c in children if "__lock__" in c]',
+    ],
+)
+def test_the_lock_node_scan_catches_a_hand_made_one(source: str) -> None:
+    assert lock_node_handling(source, "planted.py") != []
 
 
 @pytest.mark.parametrize(
