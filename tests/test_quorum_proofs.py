@@ -285,3 +285,33 @@ def test_the_scheduler_keeps_an_assignment_whose_kill_our_server_showed_as_a_gho
 
     assert duty.run_once() == []
     assert placements(zk_client)["wc"] == [("a", 0), ("a", 1)]
+
+
+# -- the lifecycle's removal of a killed topology ------------------------------------------
+
+
+def test_a_killed_topologys_removal_waits_while_our_server_lacks_its_name(
+    zk_client: KazooClient,
+) -> None:
+    """Our server lacks ``/names/wc``, which the quorum has, naming the killed topology:
+    removing the record without the name would leave the name naming nothing (no new
+    ``wc`` could be submitted). The removal proves the name absent and is refused; once
+    the server agrees, record and name go together."""
+    from nimbus.duties.lifecycle import LifecycleDuty
+
+    _, writer = lead(zk_client, "leader:1")
+    killed = records.StormBase(name="wc", status=records.KILLED, kill_time_ms=1, kill_wait_s=0)
+    writer.create_record(PATHS.storm("wc-1-1"), killed)
+    zk_client.create(PATHS.name("wc"), b"wc-1-1")
+    server = DisagreeingServer(zk_client)
+    server.hidden.add(PATHS.name("wc"))
+    duty = LifecycleDuty(server.client, PATHS, writer, interval=1.0, wall_ms=lambda: 10_000)
+
+    assert duty.run_once() == []  # refused: logged, the others go on
+    assert present(zk_client, [PATHS.storm("wc-1-1"), PATHS.name("wc")]) == [
+        PATHS.storm("wc-1-1"),
+        PATHS.name("wc"),
+    ]
+    server.hidden.clear()
+    assert duty.run_once() == ["wc-1-1: removed"]
+    assert present(zk_client, [PATHS.storm("wc-1-1"), PATHS.name("wc")]) == []

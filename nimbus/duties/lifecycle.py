@@ -27,6 +27,7 @@ from cluster.names import COMPONENT_RE, check_name, check_request_id
 from cluster.paths import Paths
 from cluster.reads import read_storms
 from fencing import (
+    Check,
     Delete,
     FencedWriter,
     NotLeaderError,
@@ -37,7 +38,7 @@ from fencing import (
     stamp_epoch,
 )
 from nimbus.duties.confirm import UnconfirmedError, recall_committed
-from nimbus.duties.planning import kill_due, rebalance_done
+from nimbus.duties.planning import kill_due, proof_of_absence, rebalance_done
 from nimbus.duties.requests import OnDivergentServer, remember
 from nimbus.duties.sweeper import sweep
 
@@ -283,14 +284,18 @@ class LifecycleDuty:
         name_path = self._paths.name(base.name)
         ops: list[Op] = [Delete(self._paths.storm(topology_id))]
         try:
-            holder = self._client.get(name_path)[0].decode()
+            data, stat = self._client.get(name_path)
+            holder, version = data.decode(), int(stat.version)
         except NoNodeError:
-            holder = ""
+            holder, version = "", -1
+            ops += proof_of_absence(name_path)  # or the quorum's name would name nothing
         except UnicodeDecodeError:
             holder = topology_id  # damaged: it names no live topology, so it goes too
             log.warning("name node %s of %s is damaged; removing it", name_path, topology_id)
         if holder == topology_id:
-            ops.append(Delete(name_path))
+            ops.append(Delete(name_path, version))
+        elif holder:
+            ops.append(Check(name_path, version))  # another's, as read: left alone
         self._writer.batch(ops)
         for tree in (
             self._paths.assignment(topology_id),
@@ -333,15 +338,21 @@ class LifecycleDuty:
                 continue
             if len(names) <= 2 * REQUESTS_KEPT:
                 continue
-            aged: list[tuple[int, str]] = []
+            aged: list[tuple[int, str, int]] = []
             for name in names:
                 try:
-                    data, _ = self._client.get(f"{folder}/{name}")
-                    aged.append((records.RequestOutcome.FromString(data).time_ms, name))
-                except (NoNodeError, DecodeError):
-                    aged.append((0, name))
+                    data, stat = self._client.get(f"{folder}/{name}")
+                except NoNodeError:
+                    continue
+                try:
+                    aged.append(
+                        (records.RequestOutcome.FromString(data).time_ms, name, stat.version)
+                    )
+                except DecodeError:
+                    aged.append((0, name, int(stat.version)))
             aged.sort()
-            stale = [Delete(f"{folder}/{name}") for _, name in aged[:-REQUESTS_KEPT]]
+            # At the version read: the age judged is the content deleted.
+            stale = [Delete(f"{folder}/{n}", v) for _, n, v in aged[:-REQUESTS_KEPT]]
             for i in range(0, len(stale), 200):
                 self._writer.batch(stale[i : i + 200])
 
