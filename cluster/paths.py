@@ -140,6 +140,11 @@ class Paths:
     def confirmation(self, request_id: str) -> str:
         return f"{self.confirmations}/{request_id}"
 
+    @property
+    def handover(self) -> str:
+        """A planned handover: whom the leader of a term handed it to (``records.Handover``)."""
+        return f"{self.root}/handover"
+
     def storm(self, topology_id: str) -> str:
         return f"{self.storms}/{topology_id}"
 

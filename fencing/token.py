@@ -23,6 +23,9 @@ class CancelReason(enum.Enum):
     ELECTOR_ERROR = "elector error"
     #: This replica is stopping.
     SHUTDOWN = "shutdown"
+    #: The leader handed its term to another replica (``nimbus handover``): it leaves the
+    #: lock at once and queues again.
+    HANDOVER = "handed over"
 
     @property
     def resumable(self) -> bool:

@@ -88,6 +88,7 @@ _LEADER_CALLS: dict[str, Callable[[rpc.NimbusStub], Any]] = {
     "ActivateTopology": lambda s: s.ActivateTopology,
     "DeactivateTopology": lambda s: s.DeactivateTopology,
     "RebalanceTopology": lambda s: s.RebalanceTopology,
+    "Handover": lambda s: s.Handover,
 }
 
 
@@ -184,6 +185,11 @@ class NimbusClient:
                 raise self._discovery.failed(address, e, relayed=bool(metadata)) from e
 
         return self._retrying(deadline, attempt, method)
+
+    def handover(self, to: str = "") -> pb.HandoverResponse:
+        """Hand leadership to ``to`` (empty: the next in line); the new term's leader."""
+        reply: pb.HandoverResponse = self.call_leader("Handover", pb.HandoverRequest(to=to))
+        return reply
 
     def kill(self, request: pb.KillTopologyRequest) -> pb.TopologyActionResponse:
         reply: pb.TopologyActionResponse = self.call_leader("KillTopology", request)

@@ -35,6 +35,36 @@ def register(sub: Any) -> None:
     c = sub.add_parser("cluster", help="replicas, supervisors and topologies in one view")
     _common(c)
     c.set_defaults(func=run_cluster)
+    h = sub.add_parser(
+        "handover",
+        help="hand leadership to a queued replica (planned: before stopping the leader)",
+    )
+    add_env_flag(h, "--seeds", required=True, help="HOST:PORT[,HOST:PORT...] of any replicas")
+    add_client_flags(h)
+    h.add_argument("--to", default="", help="HOST:PORT of the replica to lead (default: next)")
+    h.add_argument("--json", action="store_true", help="machine-readable output")
+    h.add_argument(
+        "--timeout", type=float, default=None, help="seconds the call may take (default 30)"
+    )
+    h.set_defaults(func=run_handover)
+
+
+def run_handover(args: argparse.Namespace) -> int:
+    """Returns once a new term began; exit 1 with the reason when refused."""
+    try:
+        with NimbusClient(args.seeds, deadline=args.timeout) as client:
+            reply = client.handover(args.to)
+    except (NimbusError, ValueError) as e:
+        print(f"nimbus handover: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"address": reply.address, "epoch": reply.epoch}))
+    else:
+        print(f"leader {reply.address} epoch {reply.epoch}")
+    if args.to and reply.address != args.to:
+        print(f"nimbus handover: {reply.address} took office, not {args.to}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_leader(args: argparse.Namespace) -> int:

@@ -32,7 +32,13 @@ OnDivergentServer = Callable[[str], object]
 
 
 def remember(
-    paths: Paths, request_id: str, *, method: str, topology_id: str, epoch: int
+    paths: Paths,
+    request_id: str,
+    *,
+    method: str,
+    topology_id: str,
+    epoch: int,
+    handover_to: str = "",
 ) -> list[Create]:
     """The op to add to the mutation's multi-op (none when no request id was given)."""
     if not check_request_id(request_id):
@@ -44,5 +50,6 @@ def remember(
         topology_id=topology_id,
         epoch=epoch,
         time_ms=int(time.time() * 1000),
+        handover_to=handover_to,
     )
     return [Create(paths.request(request_id), outcome.SerializeToString(deterministic=True))]

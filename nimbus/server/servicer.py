@@ -32,6 +32,8 @@ class TopologyApi(Protocol):
 
     def rebalance(self, request: pb.RebalanceTopologyRequest) -> pb.TopologyActionResponse: ...
 
+    def handover(self, request: pb.HandoverRequest) -> pb.HandoverResponse: ...
+
     def list_topologies(self) -> pb.ListTopologiesResponse: ...
 
     def describe(self, name: str) -> pb.TopologyDetail: ...
@@ -173,6 +175,16 @@ class NimbusServicer(rpc.NimbusServicer):
             )
         api = self._require_api(context, "RebalanceTopology")
         return self._call(context, lambda: api.rebalance(request))
+
+    def Handover(
+        self, request: pb.HandoverRequest, context: grpc.ServicerContext
+    ) -> pb.HandoverResponse:
+        if not self._elector.is_leader():
+            return self._elsewhere(
+                context, lambda s, t, m: s.Handover.future(request, timeout=t, metadata=m)
+            )
+        api = self._require_api(context, "Handover")
+        return self._call(context, lambda: api.handover(request))
 
     # -- every replica -------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from code_sync.errors import (
 from code_sync.push import PushReceiver
 from code_sync.store import CodeStore
 from fencing import MembershipError
+from nimbus.duties.handover import Handover
 from nimbus.duties.lifecycle import Lifecycle
 from nimbus.duties.submission import Submitter
 from nimbus.server import topologies
@@ -44,9 +45,11 @@ class DaemonTopologyApi:
         lifecycle: Lifecycle,
         *,
         receiver: PushReceiver | None = None,
+        handover: Handover | None = None,
     ) -> None:
         self._reads = reads
         self._receiver = receiver
+        self._handover = handover
         self.kill = guarded(check_kill, lifecycle.kill)  # bounds first (nimbus/server/security)
         self.activate = lifecycle.activate
         self.deactivate = lifecycle.deactivate
@@ -57,6 +60,11 @@ class DaemonTopologyApi:
 
     def submit(self, requests: Iterator[pb.SubmitTopologyRequest]) -> pb.SubmitTopologyResponse:
         return self._submitter.submit(checked_submit(requests))
+
+    def handover(self, request: pb.HandoverRequest) -> pb.HandoverResponse:
+        if self._handover is None:
+            raise ApiError(grpc.StatusCode.UNIMPLEMENTED, "Handover is not served by this server")
+        return self._handover.handover(request)
 
     def list_topologies(self) -> pb.ListTopologiesResponse:
         return topologies.list_topologies(self._reads, self._paths)

@@ -140,6 +140,22 @@ class RebalanceTopologyRequest(_message.Message):
     client_request_id: str
     def __init__(self, name: _Optional[str] = ..., num_workers: _Optional[int] = ..., component_parallelism: _Optional[_Mapping[str, int]] = ..., wait_s: _Optional[int] = ..., client_request_id: _Optional[str] = ...) -> None: ...
 
+class HandoverRequest(_message.Message):
+    __slots__ = ("to", "client_request_id")
+    TO_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    client_request_id: str
+    def __init__(self, to: _Optional[str] = ..., client_request_id: _Optional[str] = ...) -> None: ...
+
+class HandoverResponse(_message.Message):
+    __slots__ = ("address", "epoch")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    epoch: int
+    def __init__(self, address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
 class TopologyActionResponse(_message.Message):
     __slots__ = ("topology_id", "name", "status", "epoch")
     TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class NimbusStub:
                 request_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.RebalanceTopologyRequest.SerializeToString,
                 response_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.TopologyActionResponse.FromString,
                 _registered_method=True)
+        self.Handover = channel.unary_unary(
+                '/storm.nimbus.v1.Nimbus/Handover',
+                request_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverRequest.SerializeToString,
+                response_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverResponse.FromString,
+                _registered_method=True)
         self.ListTopologies = channel.unary_unary(
                 '/storm.nimbus.v1.Nimbus/ListTopologies',
                 request_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.ListTopologiesRequest.SerializeToString,
@@ -143,6 +148,16 @@ class NimbusServicer:
 
     def RebalanceTopology(self, request, context):
         """Leader only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Handover(self, request, context):
+        """Leader only: a planned handover. The leader hands leadership to the queued replica
+        named in `to` (empty: the next in line) and answers once a new term began, with its
+        leader and epoch. Refused, changing nothing, when the target is unknown, not queued,
+        lacks the code of a live topology, or is the leader itself. Fenced like every write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,6 +239,11 @@ def add_NimbusServicer_to_server(servicer, server):
                     servicer.RebalanceTopology,
                     request_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.RebalanceTopologyRequest.FromString,
                     response_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.TopologyActionResponse.SerializeToString,
+            ),
+            'Handover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Handover,
+                    request_deserializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverRequest.FromString,
+                    response_serializer=nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverResponse.SerializeToString,
             ),
             'ListTopologies': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopologies,
@@ -440,6 +460,33 @@ class Nimbus:
             '/storm.nimbus.v1.Nimbus/RebalanceTopology',
             nimbus_dot_api_dot_v1_dot_nimbus__pb2.RebalanceTopologyRequest.SerializeToString,
             nimbus_dot_api_dot_v1_dot_nimbus__pb2.TopologyActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Handover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storm.nimbus.v1.Nimbus/Handover',
+            nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverRequest.SerializeToString,
+            nimbus_dot_api_dot_v1_dot_nimbus__pb2.HandoverResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,12 @@ class NimbusStub:
     """Leader only."""
     RebalanceTopology: _grpc.UnaryUnaryMultiCallable[_nimbus_pb2.RebalanceTopologyRequest, _nimbus_pb2.TopologyActionResponse]
     """Leader only."""
+    Handover: _grpc.UnaryUnaryMultiCallable[_nimbus_pb2.HandoverRequest, _nimbus_pb2.HandoverResponse]
+    """Leader only: a planned handover. The leader hands leadership to the queued replica
+    named in `to` (empty: the next in line) and answers once a new term began, with its
+    leader and epoch. Refused, changing nothing, when the target is unknown, not queued,
+    lacks the code of a live topology, or is the leader itself. Fenced like every write.
+    """
     ListTopologies: _grpc.UnaryUnaryMultiCallable[_nimbus_pb2.ListTopologiesRequest, _nimbus_pb2.ListTopologiesResponse]
     """Read-only, served by every replica from ZooKeeper."""
     GetTopology: _grpc.UnaryUnaryMultiCallable[_nimbus_pb2.GetTopologyRequest, _nimbus_pb2.TopologyDetail]
@@ -87,6 +93,12 @@ class NimbusAsyncStub(NimbusStub):
     """Leader only."""
     RebalanceTopology: _aio.UnaryUnaryMultiCallable[_nimbus_pb2.RebalanceTopologyRequest, _nimbus_pb2.TopologyActionResponse]  # type: ignore[assignment]
     """Leader only."""
+    Handover: _aio.UnaryUnaryMultiCallable[_nimbus_pb2.HandoverRequest, _nimbus_pb2.HandoverResponse]  # type: ignore[assignment]
+    """Leader only: a planned handover. The leader hands leadership to the queued replica
+    named in `to` (empty: the next in line) and answers once a new term began, with its
+    leader and epoch. Refused, changing nothing, when the target is unknown, not queued,
+    lacks the code of a live topology, or is the leader itself. Fenced like every write.
+    """
     ListTopologies: _aio.UnaryUnaryMultiCallable[_nimbus_pb2.ListTopologiesRequest, _nimbus_pb2.ListTopologiesResponse]  # type: ignore[assignment]
     """Read-only, served by every replica from ZooKeeper."""
     GetTopology: _aio.UnaryUnaryMultiCallable[_nimbus_pb2.GetTopologyRequest, _nimbus_pb2.TopologyDetail]  # type: ignore[assignment]
@@ -160,6 +172,18 @@ class NimbusServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_nimbus_pb2.TopologyActionResponse, _abc.Awaitable[_nimbus_pb2.TopologyActionResponse]]:
         """Leader only."""
+
+    @_abc_1.abstractmethod
+    def Handover(
+        self,
+        request: _nimbus_pb2.HandoverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_nimbus_pb2.HandoverResponse, _abc.Awaitable[_nimbus_pb2.HandoverResponse]]:
+        """Leader only: a planned handover. The leader hands leadership to the queued replica
+        named in `to` (empty: the next in line) and answers once a new term began, with its
+        leader and epoch. Refused, changing nothing, when the target is unknown, not queued,
+        lacks the code of a live topology, or is the leader itself. Fenced like every write.
+        """
 
     @_abc_1.abstractmethod
     def ListTopologies(

@@ -227,7 +227,7 @@ class ErrorInfo(_message.Message):
     def __init__(self, component: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ..., host: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class RequestOutcome(_message.Message):
-    __slots__ = ("request_id", "method", "grpc_code", "message", "topology_id", "epoch", "time_ms")
+    __slots__ = ("request_id", "method", "grpc_code", "message", "topology_id", "epoch", "time_ms", "handover_to")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,7 @@ class RequestOutcome(_message.Message):
     TOPOLOGY_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    HANDOVER_TO_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     method: str
     grpc_code: int
@@ -242,7 +243,20 @@ class RequestOutcome(_message.Message):
     topology_id: str
     epoch: int
     time_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., method: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., topology_id: _Optional[str] = ..., epoch: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
+    handover_to: str
+    def __init__(self, request_id: _Optional[str] = ..., method: _Optional[str] = ..., grpc_code: _Optional[int] = ..., message: _Optional[str] = ..., topology_id: _Optional[str] = ..., epoch: _Optional[int] = ..., time_ms: _Optional[int] = ..., handover_to: _Optional[str] = ...) -> None: ...
+
+class Handover(_message.Message):
+    __slots__ = ("to", "epoch", "request_id", "time_ms")
+    TO_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    epoch: int
+    request_id: str
+    time_ms: int
+    def __init__(self, to: _Optional[str] = ..., epoch: _Optional[int] = ..., request_id: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerClaim(_message.Message):
     __slots__ = ("topology_id", "index", "supervisor_id", "slot", "host", "pid", "assignment_version", "claimed_ms")
