@@ -268,6 +268,7 @@ def test_service_surface() -> None:
             "ActivateTopology",
             "DeactivateTopology",
             "RebalanceTopology",
+            "Handover",
             "ListTopologies",
             "GetTopology",
             "GetClusterSummary",
