@@ -16,6 +16,7 @@ from nimbus.client import NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import Replica, wait_for_agreed_leader
 from tests.stash import REPLICAS_KEY
+from tests.tiers import needs
 
 ROOT = "/storm"
 Spawn = Callable[..., Replica]
@@ -36,6 +37,7 @@ def sync_flags(**overrides: object) -> tuple[str, ...]:
 
 
 @pytest.fixture
+@needs("replicas")
 def spawn(zk_hosts: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Spawn]:
     """Start a replica process (killed at the end of the test)."""
     started: list[Replica] = []

@@ -31,7 +31,7 @@ from code_sync.errors import PackageRejected, PushUnverifiable
 from code_sync.push import PushReceiver, push_requests
 from code_sync.pusher import PushRound, push_delay
 from code_sync.store import CodeStore
-from devtools.netns import Cut, available
+from devtools.netns import Cut
 from nimbus.server.security.interceptor import needs_token
 from tests.chaos.kernel_cluster import GRPC_PORT, KernelCluster
 from tests.cluster import REPO, free_port
@@ -349,16 +349,15 @@ def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 @pytest.mark.timeout(600)
 def test_a_submit_is_acknowledged_while_the_leaders_port_refuses_the_other_replicas(
-    tmp_path: Path,
+    kernel_cluster: type[KernelCluster], tmp_path: Path
 ) -> None:
     """Three replicas in network namespaces; the leader's namespace resets every
     connection from the other replicas to its gRPC port (``Cut.REFUSE_PEERS``), while
     the CLI (root namespace) and ZooKeeper reach it. Without the push no follower can get
     the code, and the submit ends ABORTED after the replication wait."""
-    cluster = KernelCluster(
+    cluster = kernel_cluster(
         tmp_path,
         session_timeout=4.0,
         subnet="10.81.0",

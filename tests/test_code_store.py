@@ -6,7 +6,6 @@ import hashlib
 import io
 import os
 import stat
-import subprocess
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ from code_sync.errors import (
 )
 from code_sync.package import make_package, validate_package
 from code_sync.store import INCOMING, CodeStore
+from tests.root_fixtures import Mount
 
 LIMIT = 256 * 1024
 TOPOLOGY = b"def build():\n    return None\n"
@@ -441,26 +441,11 @@ def test_unvalidated_write_stores_any_bytes(store: CodeStore) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
+def small_disk(tmp_path: Path, tmpfs: Mount) -> Path:
+    """A 256 KiB tmpfs."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("a disk-full test mounts a 256 KiB tmpfs, which needs root")
-    try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except OSError as e:
-        pytest.skip(f"cannot run mount: {e}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False, timeout=30)
+    return tmpfs(mount_point, "256k")
 
 
 def test_disk_full_leaves_store_clean(small_disk: Path) -> None:

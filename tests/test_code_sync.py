@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from nimbus.client import NimbusCallError, NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, holds, lone_leader, package, submit, sync_flags
+from tests.root_fixtures import Mount
 from tests.waiting import wait_until
 
 PATHS = Paths("/storm")
@@ -154,40 +154,32 @@ def test_bad_uploads_are_refused_with_the_problem_named_and_nothing_kept(
 
 
 def test_a_full_disk_during_download_leaves_nothing_partial_and_recovers(
-    spawn: Spawn, tmp_path: Path
+    spawn: Spawn, tmpfs: Mount, tmp_path: Path
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
     small = tmp_path / "small"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)])
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount tmpfs here")
-    try:
-        flags = sync_flags(min_replicas=1, replicas=2)
-        source = spawn(extra=flags)
-        wait_for_agreed_leader([source], timeout=30)
-        path, digest = package(tmp_path, "big", size=400_000)
-        with NimbusClient([source.address]) as client:
-            submit(client, path, "big")
-        cramped = spawn(extra=flags, code_dir=small)
-        wait_until(lambda: "local store" in cramped.log_tail(200), timeout=30)
-        assert cramped.proc is not None and cramped.proc.poll() is None, "it must not crash"
+    tmpfs(small, "200k")
+    flags = sync_flags(min_replicas=1, replicas=2)
+    source = spawn(extra=flags)
+    wait_for_agreed_leader([source], timeout=30)
+    path, digest = package(tmp_path, "big", size=400_000)
+    with NimbusClient([source.address]) as client:
+        submit(client, path, "big")
+    cramped = spawn(extra=flags, code_dir=small)
+    wait_until(lambda: "local store" in cramped.log_tail(200), timeout=30)
+    assert cramped.proc is not None and cramped.proc.poll() is None, "it must not crash"
 
-        def files() -> set[Path]:  # the held index is the store's own record, not a leftover
-            return {p for p in small.rglob("*") if p.is_file() and p.name != INDEX_NAME}
+    def files() -> set[Path]:  # the held index is the store's own record, not a leftover
+        return {p for p in small.rglob("*") if p.is_file() and p.name != INDEX_NAME}
 
-        # The replica keeps retrying, so a temp file of the attempt in flight may be
-        # there now; a leftover is one that stays after its attempt failed. Temp names
-        # are unique per attempt.
-        seen = files()
-        wait_until(lambda: not (seen & files()), timeout=30, message=f"leftovers {seen}")
-        assert all(p.name.endswith(".part") for p in seen), seen  # never a whole package
-        subprocess.run(["mount", "-o", "remount,size=4m", str(small)], check=True)
-        wait_until(lambda: holds(cramped, digest), timeout=30)
-    finally:
-        for replica_dir in (small,):
-            subprocess.run(["umount", "-l", str(replica_dir)], check=False)
+    # The replica keeps retrying, so a temp file of the attempt in flight may be
+    # there now; a leftover is one that stays after its attempt failed. Temp names
+    # are unique per attempt.
+    seen = files()
+    wait_until(lambda: not (seen & files()), timeout=30, message=f"leftovers {seen}")
+    assert all(p.name.endswith(".part") for p in seen), seen  # never a whole package
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small)], check=True)
+    wait_until(lambda: holds(cramped, digest), timeout=30)
 
 
 def test_when_every_replica_lost_the_code_a_leader_is_still_elected_and_marks_it(

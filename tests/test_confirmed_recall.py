@@ -18,17 +18,13 @@ from kazoo.recipe.lock import Lock
 
 from cluster.api import pb, records
 from cluster.paths import Paths
-from devtools.netns import LoopbackPortCut, available
+from devtools.netns import LoopbackPortCut
 from devtools.zkserver import ZooKeeperCluster
 from fencing import Create, FencedWriter, LeadershipToken, NotLeaderError, WriteOutcomeUnknown
 from fencing.office import take_office
 from nimbus.duties.lifecycle import Lifecycle
 from nimbus.duties.requests import remember
 from tests.waiting import wait_until
-
-needs_cut = pytest.mark.skipif(
-    available(cgroups=True) is not None, reason=f"kernel cut: {available(cgroups=True)}"
-)
 
 
 def _client(connect: str) -> KazooClient:
@@ -37,10 +33,9 @@ def _client(connect: str) -> KazooClient:
     return client
 
 
-@needs_cut
 @pytest.mark.timeout(300)
 def test_a_record_only_a_stale_server_shows_is_no_acknowledgement(
-    healthy_ensemble: ZooKeeperCluster,
+    port_cut: type[LoopbackPortCut], healthy_ensemble: ZooKeeperCluster
 ) -> None:
     ens = healthy_ensemble
     zk_leader = ens.leader_index()
@@ -52,7 +47,7 @@ def test_a_record_only_a_stale_server_shows_is_no_acknowledgement(
     pid = ens.pid(stale)
     assert pid is not None
     peers = [p for j in range(ens.size) if j != stale for p in ens.quorum_ports(j)]
-    cut = LoopbackPortCut(ens.quorum_ports(stale), owner=pid, peer_ports=peers)
+    cut = port_cut(ens.quorum_ports(stale), owner=pid, peer_ports=peers)
     try:
         for folder in (paths.leader_lock, paths.epochs, paths.storms, paths.names, paths.requests):
             client.ensure_path(folder)

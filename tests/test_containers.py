@@ -39,6 +39,7 @@ import yaml
 from nimbus.client import NimbusClient
 from tests.cluster import REPO
 from tests.test_deploy import find, nimbus_container, pod_env
+from tests.tiers import needs
 from tests.waiting import wait_until
 
 CONTAINERS = REPO / "deploy" / "containers"
@@ -72,6 +73,7 @@ class Image:
 
 
 @pytest.fixture(scope="session")
+@needs("containers")
 def image() -> Image:
     """The project's image, built by deploy/containers/build-image (cold or warm)."""
     if shutil.which("podman") is None:

@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.processes import stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
+from tests.supervisors import Command
 from tests.test_workers import (
     add_input,
     alive,
@@ -65,9 +65,13 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\d+) ")
 
 
 class Supervisor:
-    """One ``nimbus supervisor`` process; restartable with the same id and state."""
+    """One ``nimbus supervisor`` process (``command``: the ``supervisor_command``
+    fixture); restartable with the same id and state."""
 
-    def __init__(self, sid: str, zookeeper: str, tmp: Path, checkpoints: Path) -> None:
+    def __init__(
+        self, command: Command, sid: str, zookeeper: str, tmp: Path, checkpoints: Path
+    ) -> None:
+        self.command = command
         self.id = sid
         self.zookeeper = zookeeper
         self.state = tmp / sid
@@ -79,8 +83,7 @@ class Supervisor:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "nimbus.cli.cmd_supervisor",
-                    "--zookeeper", self.zookeeper,
+                    *self.command, "--zookeeper", self.zookeeper,
                     "--root", ROOT, "--id", self.id, "--host", "127.0.0.1", "--slots", "1",
                     "--heartbeat-interval", "0.5", "--session-timeout", str(SESSION),
                     "--state-dir", str(self.state), "--checkpoint-dir", str(self.checkpoints),
@@ -182,7 +185,12 @@ def worker_log(sup: Supervisor, tid: str) -> Path:
 
 @pytest.mark.timeout(1800)  # four Spark starts: minutes on an idle machine, far more if busy
 def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
-    spawn: Spawn, zk_server: object, zk_hosts: str, zk_client: KazooClient, tmp_path: Path
+    spawn: Spawn,
+    supervisor_command: Command,
+    zk_server: object,
+    zk_hosts: str,
+    zk_client: KazooClient,
+    tmp_path: Path,
 ) -> None:
     inbox, out, checkpoints = tmp_path / "input", tmp_path / "output", tmp_path / "checkpoints"
     inbox.mkdir()
@@ -204,8 +212,9 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
     proxy = FaultProxy(host, int(port)).start()
     timing = ("--heartbeat-timeout", str(SILENCE), "--schedule-interval", "0.5")
     replica = spawn(extra=(*sync_flags(min_replicas=1, replicas=1), *timing))
-    a = Supervisor("sup-a", f"{proxy.address}{chroot}", tmp_path, checkpoints)  # via the proxy
-    b = Supervisor("sup-b", zk_hosts, tmp_path, checkpoints)
+    via_proxy = f"{proxy.address}{chroot}"
+    a = Supervisor(supervisor_command, "sup-a", via_proxy, tmp_path, checkpoints)
+    b = Supervisor(supervisor_command, "sup-b", zk_hosts, tmp_path, checkpoints)
     history = ClaimHistory()
     stopped: list[int] = []
     try:

@@ -13,16 +13,19 @@ import pytest
 
 from devtools.zkserver import free_ports
 from tests.cluster import REPO
+from tests.supervisors import Command
 from tests.waiting import wait_until
 
 
 @pytest.mark.timeout(600)  # above the demo's own 420 s: a slow run keeps its output
-def test_dev_demo_fails_over_mid_stream_and_the_cli_kill_stops_the_worker() -> None:
+def test_dev_demo_fails_over_mid_stream_and_the_cli_kill_stops_the_worker(
+    dev_command: Command,
+) -> None:
     """The leader-kill scenario, as the README's main job runs it."""
     base = free_ports(1)[0]
     done = subprocess.run(
         [
-            sys.executable, "-m", "nimbus.cli", "dev", "--demo",
+            *dev_command, "--demo",
             "--replicas", "2", "--supervisors", "1", "--base-port", str(base),
         ],
         capture_output=True, text=True, cwd=REPO, timeout=420,

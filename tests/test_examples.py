@@ -23,7 +23,7 @@ from pipeline.runner import run
 from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO
 from tests.replica_fixtures import Spawn
-from tests.supervisors import replica_and_supervisor
+from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -86,7 +86,7 @@ def test_rolling_top_words_equals_its_oracle(spark: SparkSession, tmp_path: Path
 
 @pytest.mark.timeout(600)
 def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     """Submitted with ``nimbus submit``, run by a supervisor's worker that is SIGKILLed
     mid-stream: every closed window ranked exactly once, as the oracle says."""
@@ -98,7 +98,9 @@ def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
     package = make_package(
         {"topology.py": (folder / "topology.py").read_bytes()}, tmp_path / "rtw.zip"
     )
-    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
+    ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit",
@@ -196,7 +198,7 @@ def test_single_join_equals_its_oracle(spark: SparkSession, tmp_path: Path) -> N
 
 @pytest.mark.timeout(600)
 def test_single_join_through_nimbus_survives_a_worker_sigkill(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     """Both inputs' second halves arrive after the worker was SIGKILLed: every pair
     joined once, as the oracle says (the join's state came back from the checkpoint)."""
@@ -208,7 +210,9 @@ def test_single_join_through_nimbus_survives_a_worker_sigkill(
         folder.mkdir()
     code = {"topology.py": (EXAMPLES / "single-join" / "topology.py").read_bytes()}
     package = make_package(code, tmp_path / "join.zip")
-    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
+    ) as replica:
         seeds = replica.address
         config = json.dumps({**{k: str(v) for k, v in inputs.items()}, "output": str(out)})
         done = cli(
@@ -257,7 +261,7 @@ CLI_EXAMPLES = {
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("example", list(CLI_EXAMPLES))
 def test_an_example_through_nimbus_submit_equals_its_oracle(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path, example: str
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path, example: str
 ) -> None:
     expect, produced = CLI_EXAMPLES[example]
     folder = EXAMPLES / example
@@ -265,7 +269,9 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
     shutil.copytree(folder / "corpus", inbox)
     code = {"topology.py": (folder / "topology.py").read_bytes()}
     package = make_package(code, tmp_path / f"{example}.zip")
-    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
+    ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit", str(package), "--name", example, "--config-json", config,
@@ -279,7 +285,7 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
 
 @pytest.mark.timeout(600)
 def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     """The Python stateful bolt's counts, exact through a SIGKILL of its worker: the
     state of every word came back from the checkpoint, nothing counted twice."""
@@ -295,7 +301,9 @@ def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
         latest = latest_by_key(read_batches(out), "word")
         return {key[0]: row["count"] for key, row in latest.items()}
 
-    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
+    ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(
             "submit", str(package), "--name", "count", "--config-json", config,

@@ -20,6 +20,7 @@ from devtools.zkserver import free_ports
 from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import REPO, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, lone_leader, package, submit
+from tests.supervisors import Command
 from tests.waiting import wait_until
 
 PATHS = Paths("/storm")
@@ -39,12 +40,12 @@ def ok_json(*args: str) -> Any:
 
 
 def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_replica(
-    tmp_path: Path,
+    dev_command: Command, tmp_path: Path
 ) -> None:
     base = free_ports(1)[0]
     dev = subprocess.Popen(
         [
-            sys.executable, "-m", "nimbus.cli", "dev", "--replicas", "3", "--supervisors", "1",
+            *dev_command, "--replicas", "3", "--supervisors", "1",
             "--base-port", str(base), "--workdir", str(tmp_path / "dev"),
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from leader.settings import (
     margin_holds,
     short_window,
 )
+from tests.tiers import needs
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "model"
 MODEL = MODEL_DIR / "election.pml"
@@ -38,11 +40,6 @@ CHECK = MODEL_DIR / "check"
 #: One full check compiles three verifiers and takes about 45 s on two idle cores (most of
 #: it the two-fault search: about 6 million states); generous for a loaded CI machine.
 CHECK_TIMEOUT = 300
-
-needs_spin = pytest.mark.skipif(
-    shutil.which("spin") is None or shutil.which("gcc") is None,
-    reason="spin or gcc missing (deploy/local/spin.sh installs them)",
-)
 
 
 def model_defines() -> dict[str, int]:
@@ -151,9 +148,20 @@ def run_check(*defines: str, depth: int | None = None) -> subprocess.CompletedPr
     )
 
 
-@needs_spin
-def test_model_check_passes() -> None:
-    result = run_check()
+Check = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+@needs("model")
+def model_check() -> Check:
+    """``model/check`` (SPIN and gcc): ``model_check(*defines, depth=None)``."""
+    if shutil.which("spin") is None or shutil.which("gcc") is None:
+        pytest.skip("spin or gcc missing (deploy/local/spin.sh installs them)")
+    return run_check
+
+
+def test_model_check_passes(model_check: Check) -> None:
+    result = model_check()
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if "complete search" in line]
     assert len(lines) == 3, result.stdout
@@ -182,12 +190,11 @@ PLANTED = {
 }
 
 
-@needs_spin
 @pytest.mark.parametrize("plant", sorted(PLANTED))
-def test_model_check_finds_planted_bug(plant: str) -> None:
+def test_model_check_finds_planted_bug(model_check: Check, plant: str) -> None:
     planted = re.search(rf"^#ifn?def {plant}$", MODEL.read_text(), re.MULTILINE)
     assert planted is not None, f"{plant} is not planted in the model"
-    result = run_check(f"-D{plant}")
+    result = model_check(f"-D{plant}")
     assert result.returncode == 1, result.stdout + result.stderr
     errors = re.search(r"counterexample \(errors: (\d+)", result.stdout)
     assert errors is not None and int(errors.group(1)) >= 1, result.stdout
@@ -195,13 +202,11 @@ def test_model_check_finds_planted_bug(plant: str) -> None:
     assert re.search(r"^step 1: t=\d+ ", result.stdout, re.MULTILINE), result.stdout
 
 
-@needs_spin
-def test_model_check_refuses_bad_arguments() -> None:
-    assert run_check("--fast").returncode == 2
+def test_model_check_refuses_bad_arguments(model_check: Check) -> None:
+    assert model_check("--fast").returncode == 2
 
 
-@needs_spin
-def test_model_check_reports_a_truncated_search() -> None:
-    result = run_check(depth=40)
+def test_model_check_reports_a_truncated_search(model_check: Check) -> None:
+    result = model_check(depth=40)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "could not complete" in result.stderr, result.stderr

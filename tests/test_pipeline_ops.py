@@ -23,7 +23,7 @@ from pipeline.lineage import sink_checkpoint
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
 from tests.replica_fixtures import Spawn
-from tests.supervisors import replica_and_supervisor
+from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -57,7 +57,7 @@ def _counts(out: Path) -> dict[str, int]:
 
 @pytest.mark.timeout(600)
 def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
     inbox.mkdir()
@@ -65,7 +65,9 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
     bad = ["no comma here", "k1,not-a-number", "a,b,c"]
     add_input(inbox, "part-1.txt", [*first[:20], *bad, *first[20:]])
     package = make_package({"topology.py": TOPOLOGY}, tmp_path / "rows.zip")
-    with replica_and_supervisor(spawn, zk_hosts, state, tmp_path / "supervisor.log") as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
+    ) as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
         done = cli(

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.sinks import read_batches
 from tests.replica_fixtures import Spawn
-from tests.supervisors import replica_and_supervisor
+from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import (
     add_input,
     alive,
@@ -70,9 +70,13 @@ class Setup:
 
 
 @pytest.fixture
-def setup(spawn: Spawn, zk_hosts: str, tmp_path: Path) -> Iterator[Setup]:
+def setup(
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
+) -> Iterator[Setup]:
     state, log = tmp_path / "supervisor", tmp_path / "supervisor.log"
-    with replica_and_supervisor(spawn, zk_hosts, state, log, slots=2) as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, log, slots=2
+    ) as replica:
         yield Setup(replica.address, state, log)
 
 

@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 from code_sync.package import make_package
 from devtools.zkserver import free_ports
 from tests.cluster import REPO
+from tests.supervisors import Command
 from tests.test_examples import EXAMPLES, _oracle, joined_rows, window_rankings
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
@@ -40,16 +40,18 @@ def _split(lines: list[str], parts: int) -> list[list[str]]:
 
 
 class DevCluster:
-    """``nimbus dev`` as a user runs it, read from its own output lines."""
+    """``nimbus dev`` as a user runs it, read from its own output lines (``dev`` and
+    ``supervisor``: the ``dev_command`` and ``supervisor_command`` fixtures)."""
 
-    def __init__(self, tmp: Path, supervisors: int) -> None:
+    def __init__(self, dev: Command, supervisor: Command, tmp: Path, supervisors: int) -> None:
+        self.supervisor_command = supervisor
         self.base = free_ports(1)[0]
         self.workdir = tmp / "dev"
         self.log = tmp / "dev.out"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-u", "-m", "nimbus.cli", "dev", "--replicas", "2",
+                    *dev, "--replicas", "2",
                     "--supervisors", str(supervisors), "--base-port", str(self.base),
                     "--workdir", str(self.workdir),
                 ],
@@ -98,8 +100,8 @@ class DevCluster:
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "nimbus.cli", "supervisor", "--zookeeper",
-                    self.zookeeper, "--id", name, "--slots", "4", "--heartbeat-interval", "1",
+                    *self.supervisor_command, "--zookeeper", self.zookeeper, "--id", name,
+                    "--slots", "4", "--heartbeat-interval", "1",
                     "--session-timeout", "4",
                     "--state-dir", str(state),
                 ],
@@ -129,7 +131,9 @@ class DevCluster:
 
 
 @pytest.mark.timeout(1200)
-def test_windows_and_a_join_stay_exact_when_their_supervisor_dies(tmp_path: Path) -> None:
+def test_windows_and_a_join_stay_exact_when_their_supervisor_dies(
+    dev_command: Command, supervisor_command: Command, tmp_path: Path
+) -> None:
     rtw, join = _oracle("rolling-top-words"), _oracle("single-join")
     rtw_in, rtw_out = tmp_path / "rtw-in", tmp_path / "rtw-out"
     sides = {side: tmp_path / f"join-{side}" for side in ("gender", "age")}
@@ -168,7 +172,7 @@ def test_windows_and_a_join_stay_exact_when_their_supervisor_dies(tmp_path: Path
     def wait_exact(what: str, timeout: float) -> None:
         wait_until(exact, timeout=timeout, interval=1.0, message=what)
 
-    cluster = DevCluster(tmp_path, supervisors=2)
+    cluster = DevCluster(dev_command, supervisor_command, tmp_path, supervisors=2)
     try:
         join_config = {**{k: str(v) for k, v in sides.items()}, "output": str(join_out)}
         for name, example, config in (

@@ -31,6 +31,7 @@ import pytest
 
 from code_sync.package import make_package
 from tests.test_pipeline import CORPUS, EXAMPLE, corpus_copy, python_count, sink_counts
+from tests.tiers import needs
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,6 +132,7 @@ def _wait(what: str, cluster_logs: Callable[[], str], predicate: Callable[[], An
 
 
 @pytest.fixture(scope="module")
+@needs("spark")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     folder = tmp_path_factory.mktemp("spark-standalone")
     conf = folder / "conf"  # empty: no spark-defaults.conf or spark-env.sh from elsewhere

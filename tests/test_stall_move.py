@@ -10,7 +10,6 @@ ensemble and on the slow one.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import threading
 import time
@@ -31,7 +30,7 @@ from fencing.lease import Lease
 from leader.heartbeat import BeatAck, Beater
 from leader.settings import BeatSettings
 from nimbus.server.stall_move import StallMove, StallRule, move_on_stalls
-from tests.chaos.slow_disk import FsyncStall, available
+from tests.chaos.slow_disk import FsyncStall
 from tests.waiting import wait_until
 
 T = 10.0  # the probe's own deadline is then 1 s, as at Storm's T = 20 s
@@ -42,13 +41,6 @@ FLOOR = max(BEATS.silence_window / 2, 4 * BEATS.interval)  # the stall that was 
 
 STRACE_LOGS = Path(tempfile.gettempdir()) / "stall-move-strace"
 
-
-def unavailable() -> str | None:
-    """Why fsyncs cannot be slowed here (strace attaches to the servers), or None."""
-    return "not root" if os.geteuid() != 0 else available()
-
-
-needs_strace = pytest.mark.skipif(unavailable() is not None, reason=f"slow disk: {unavailable()}")
 
 Wiring = Callable[[Beater, ServerMover], object]
 
@@ -164,8 +156,9 @@ def start_replica(
 
 
 @pytest.fixture(scope="module")
-def synced_ensemble() -> Iterator[ZooKeeperCluster]:
-    """Three servers of their own that fsync (the session's ensemble does not)."""
+def synced_ensemble(fsync_stall: type[FsyncStall]) -> Iterator[ZooKeeperCluster]:
+    """Three servers of their own that fsync (the session's ensemble does not), for the
+    stall tests alone (none is started where fsyncs cannot be slowed)."""
     if external_connect_string():
         pytest.skip("needs ZooKeeper processes started by the tests (strace attaches to them)")
     with ZooKeeperCluster(size=3, force_sync=True) as zk:
@@ -179,7 +172,9 @@ class SlowSpell:
     kept: list[bool]  # per replica: the same server and session after the spell
 
 
-def run_slow_spell(zk: ZooKeeperCluster, wire: Wiring, seconds: float = SLOW_FOR) -> SlowSpell:
+def run_slow_spell(
+    zk: ZooKeeperCluster, stall: type[FsyncStall], wire: Wiring, seconds: float = SLOW_FOR
+) -> SlowSpell:
     """Three replicas, one on each server, beating through ``seconds`` of slow fsyncs."""
     paths = Paths(f"/slow-{uuid.uuid4().hex[:8]}")
     replicas = [start_replica(zk, paths, f"r{i}", i, wire) for i in range(zk.size)]
@@ -188,7 +183,7 @@ def run_slow_spell(zk: ZooKeeperCluster, wire: Wiring, seconds: float = SLOW_FOR
             lambda: all(len(r.acks) >= 3 for r in replicas), timeout=30, message="beats acked"
         )
         before = [(current_server(r.client), r.client.client_id[0]) for r in replicas]
-        with FsyncStall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
+        with stall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
             began = time.monotonic()
             time.sleep(seconds)
         after = [(current_server(r.client), r.client.client_id[0]) for r in replicas]
@@ -202,10 +197,11 @@ def run_slow_spell(zk: ZooKeeperCluster, wire: Wiring, seconds: float = SLOW_FOR
             replica.stop()
 
 
-@needs_strace
 @pytest.mark.timeout(240)
-def test_a_uniformly_slow_ensemble_moves_no_replica(synced_ensemble: ZooKeeperCluster) -> None:
-    spell = run_slow_spell(synced_ensemble, production_wiring)
+def test_a_uniformly_slow_ensemble_moves_no_replica(
+    synced_ensemble: ZooKeeperCluster, fsync_stall: type[FsyncStall]
+) -> None:
+    spell = run_slow_spell(synced_ensemble, fsync_stall, production_wiring)
     slowest = [max(r, default=0.0) for r in spell.round_trips]
     figures = f"beats per replica {[len(r) for r in spell.round_trips]}, slowest {slowest}"
     assert spell.moves == [], figures
@@ -251,10 +247,9 @@ def test_a_frozen_server_is_left_through_the_daemons_wiring(
         replica.stop()
 
 
-@needs_strace
 @pytest.mark.timeout(240)
 def test_a_frozen_server_in_a_uniformly_slow_ensemble_is_still_left(
-    synced_ensemble: ZooKeeperCluster,
+    synced_ensemble: ZooKeeperCluster, fsync_stall: type[FsyncStall]
 ) -> None:
     zk = synced_ensemble
     follower = follower_index(zk)
@@ -264,7 +259,7 @@ def test_a_frozen_server_in_a_uniformly_slow_ensemble_is_still_left(
     load = [start_replica(zk, paths, f"r{i + 2}", i, production_wiring) for i in others]
     try:
         wait_until(lambda: len(replica.acks) >= 3, timeout=30, message="beats acked")
-        with FsyncStall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
+        with fsync_stall(zk.pids(), FSYNC_DELAY, STRACE_LOGS):
             time.sleep(5)  # the slow round trips are what the threshold follows now
             assert max(replica.round_trips(time.monotonic() - 5)) > FLOOR
             freeze_and_see_a_move(zk, replica, follower)

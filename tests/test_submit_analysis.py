@@ -144,7 +144,9 @@ def live_members(group: int) -> list[str]:
 LIMITS = ("--memory-mib", "512", "--cpu-s", "30")
 
 
-def test_a_misspelt_function_is_refused_naming_the_component(tmp_path: Path) -> None:
+def test_a_misspelt_function_is_refused_naming_the_component(
+    spark_analysis: None, tmp_path: Path
+) -> None:
     """As the leader runs it: limits given, so Spark starts before them."""
     done, verdict = run_check(folder(tmp_path, "uper", UPER), "--analyse", *LIMITS)
     assert done.returncode == 3, done.stderr
@@ -153,7 +155,9 @@ def test_a_misspelt_function_is_refused_naming_the_component(tmp_path: Path) -> 
     assert "`uper`" in verdict["error"]
 
 
-def test_a_missing_column_is_refused_naming_the_component(tmp_path: Path) -> None:
+def test_a_missing_column_is_refused_naming_the_component(
+    spark_analysis: None, tmp_path: Path
+) -> None:
     """As a user runs it by hand: no limits, so Spark starts once the topology needs it."""
     done, verdict = run_check(folder(tmp_path, "missing", MISSING_COLUMN), "--analyse")
     assert done.returncode == 3, done.stderr
@@ -162,7 +166,7 @@ def test_a_missing_column_is_refused_naming_the_component(tmp_path: Path) -> Non
     assert "`nosuch`" in verdict["error"]
 
 
-def test_valid_expressions_pass_the_analysis(tmp_path: Path) -> None:
+def test_valid_expressions_pass_the_analysis(spark_analysis: None, tmp_path: Path) -> None:
     done, verdict = run_check(folder(tmp_path, "valid", VALID), "--analyse", *LIMITS)
     assert done.returncode == 0, done.stderr
     assert verdict["ok"] is True and verdict["analysed"] is True
@@ -181,7 +185,9 @@ def test_a_topology_without_sql_text_starts_no_spark(tmp_path: Path) -> None:
     assert verdict["needs_analysis"] is True and verdict["analysed"] is False
 
 
-def test_a_check_killed_while_spark_runs_leaves_no_jvm(tmp_path: Path) -> None:
+def test_a_check_killed_while_spark_runs_leaves_no_jvm(
+    spark_analysis: None, tmp_path: Path
+) -> None:
     """The leader kills the analysing run at its time limit, and its JVM goes with it."""
     record = tmp_path / "record"
     package = folder(tmp_path, "stalls", STALLS_UNDER_SPARK)
@@ -199,7 +205,7 @@ def test_a_check_killed_while_spark_runs_leaves_no_jvm(tmp_path: Path) -> None:
 
 
 def test_submit_of_a_misspelt_function_is_refused_and_nothing_is_stored(
-    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+    spark_analysis: None, spawn: Spawn, tmp_path: Path, zk_client: KazooClient
 ) -> None:
     leader = spawn(extra=sync_flags(min_replicas=1))
     wait_for_agreed_leader([leader], timeout=30)

@@ -36,6 +36,7 @@ from nimbus.server.ui.snapshot import terms
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
 from tests.processes import stop_process
 from tests.replica_fixtures import ROOT, Spawn, submit, sync_flags
+from tests.tiers import needs
 from tests.waiting import wait_until
 
 CHROMIUM = Path(os.environ.get("NIMBUS_TEST_CHROMIUM", "/usr/bin/chromium"))
@@ -51,6 +52,7 @@ needs_chromium = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
+@needs("browser")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 

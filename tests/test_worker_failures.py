@@ -20,7 +20,7 @@ import pytest
 from code_sync.package import make_package
 from tests.cluster import free_port
 from tests.replica_fixtures import Spawn
-from tests.supervisors import replica_and_supervisor
+from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import add_input, cli
 from tests.waiting import wait_until
 
@@ -55,7 +55,7 @@ def _ui(port: int, name: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(600)  # two Spark starts at least; minutes on a busy machine
 def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
     inbox.mkdir()
@@ -64,7 +64,9 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
     ui_port = free_port()
     flags = ("--ui-port", str(ui_port))
     log = tmp_path / "supervisor.log"
-    with replica_and_supervisor(spawn, zk_hosts, state, log, replica_flags=flags) as replica:
+    with replica_and_supervisor(
+        spawn, supervisor_command, zk_hosts, state, log, replica_flags=flags
+    ) as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
         submitted = cli(

@@ -16,7 +16,7 @@ from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.scrape import metric
-from tests.supervisors import start_supervisor, stop_supervisor
+from tests.supervisors import Command, start_supervisor, stop_supervisor
 from tests.waiting import wait_until
 
 EXAMPLE = REPO / "examples" / "wordcount"
@@ -72,7 +72,7 @@ def alive(pid: int) -> bool:
 
 
 def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
-    spawn: Spawn, zk_hosts: str, tmp_path: Path
+    spawn: Spawn, supervisor_command: Command, zk_hosts: str, tmp_path: Path
 ) -> None:
     inbox, out, state = tmp_path / "input", tmp_path / "output", tmp_path / "supervisor"
     inbox.mkdir()
@@ -84,7 +84,12 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
     log_path = tmp_path / "supervisor.log"
     metrics_port = free_port()
     supervisor = start_supervisor(
-        zk_hosts, state, log_path, slots=2, extra=("--metrics-port", str(metrics_port))
+        supervisor_command,
+        zk_hosts,
+        state,
+        log_path,
+        slots=2,
+        extra=("--metrics-port", str(metrics_port)),
     )
     try:
         wait_for_agreed_leader([replica], timeout=30)

@@ -1,13 +1,18 @@
-"""The fast tier: a real 3-replica cluster on a 3-node ensemble, faults one at a time.
+"""The chaos suite's short runs (the soak, test_soak.py, runs for hours): a real 3-replica
+cluster on a 3-node ensemble, faults one at a time.
 
 Each test runs a plan of faults on one fresh cluster under the client workload, then
 asserts the safety checkers S1-S4 over the history and final state, and that the
 service recovered after every fault within a generous deadline. Timing figures are
-printed for the curious and measured properly by the soak (``bench/chaos.py``).
+printed for the curious and measured properly by the soak (``bench/chaos.py``). Each
+plan takes half a minute or more of faults and recovery: ``chaos_plan`` marks them
+``slow`` (``tests.tiers``), out of ``./run-tests --fast``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,7 @@ from tests.chaos.harness import ROOT
 from tests.chaos.nemesis import FAULTS
 from tests.chaos.runner import RunResult, run_plan
 from tests.chaos.state import read_state
+from tests.tiers import needs
 
 PATHS_STORMS = f"{ROOT}/storms"
 
@@ -45,12 +51,18 @@ def _assert_safe_and_recovered(result: RunResult) -> None:
     assert ok, "the workload never got a submit through"
 
 
-def test_leader_crashes_pauses_and_a_damaged_package(
-    healthy_ensemble: ZooKeeperCluster, tmp_path: Path
-) -> None:
-    result = run_plan(
-        healthy_ensemble,
-        tmp_path,
+Plan = Callable[..., RunResult]
+
+
+@pytest.fixture
+@needs("slow")
+def chaos_plan(healthy_ensemble: ZooKeeperCluster, tmp_path: Path) -> Plan:
+    """``chaos_plan(faults, keep=False, ...)``: ``run_plan`` on the session's ensemble."""
+    return partial(run_plan, healthy_ensemble, tmp_path)
+
+
+def test_leader_crashes_pauses_and_a_damaged_package(chaos_plan: Plan) -> None:
+    result = chaos_plan(
         ["sigkill-leader", "sigkill-leader", "pause-leader-2T", "truncate-then-kill"],
         keep=True,
     )
@@ -83,20 +95,16 @@ def test_leader_crashes_pauses_and_a_damaged_package(
         ),
     ],
 )
-def test_a_plan_of_faults_is_ridden_out_safely(
-    healthy_ensemble: ZooKeeperCluster, tmp_path: Path, plan: list[str]
-) -> None:
-    _assert_safe_and_recovered(run_plan(healthy_ensemble, tmp_path, plan))
+def test_a_plan_of_faults_is_ridden_out_safely(chaos_plan: Plan, plan: list[str]) -> None:
+    _assert_safe_and_recovered(chaos_plan(plan))
 
 
 @pytest.mark.soak  # a ZooKeeper divergence it can provoke leaves no leader: see its fault
 @pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
-def test_zookeepers_leader_server_ports_cut_one_way_by_the_kernel(
-    healthy_ensemble: ZooKeeperCluster, tmp_path: Path
-) -> None:
+def test_zookeepers_leader_server_ports_cut_one_way_by_the_kernel(chaos_plan: Plan) -> None:
     """iptables drops the ZooKeeper leader server's quorum and election traffic (what it
     opens still gets through): the ensemble elects another server, nothing unsafe
     happens, and writes resume."""
-    result = run_plan(healthy_ensemble, tmp_path, ["zk-leader-ports-cut-one-way"])
+    result = chaos_plan(["zk-leader-ports-cut-one-way"])
     assert [f.note for f in result.faults] == [""], "the other servers never elected a leader"
     _assert_safe_and_recovered(result)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from cluster.paths import Paths
-from devtools.netns import available
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import FAULTS
+from tests.supervisors import Command
 from tests.test_dataplane_processes import ClaimHistory, Supervisor
 from tests.test_workers import (
     add_input,
@@ -33,16 +33,14 @@ from tests.test_workers import (
 )
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
-
 PATHS = Paths(ROOT)
 T = 4.0
 LEADER_FAULTS = ("sigkill", "zk-cut-both", "sigstop-2T")
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[KernelCluster]:
-    made = KernelCluster(tmp_path, session_timeout=T, extra=("--schedule-interval", "0.5"))
+def cluster(kernel_cluster: type[KernelCluster], tmp_path: Path) -> Iterator[KernelCluster]:
+    made = kernel_cluster(tmp_path, session_timeout=T, extra=("--schedule-interval", "0.5"))
     try:
         yield made.start()
     finally:
@@ -51,7 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[KernelCluster]:
 
 @pytest.mark.timeout(1200)  # one Spark start, three failovers; minutes on a busy machine
 def test_a_running_pipeline_rides_through_leader_faults_with_exact_counts(
-    cluster: KernelCluster, tmp_path: Path
+    cluster: KernelCluster, supervisor_command: Command, tmp_path: Path
 ) -> None:
     inbox, out = tmp_path / "input", tmp_path / "output"
     inbox.mkdir()
@@ -69,7 +67,9 @@ def test_a_running_pipeline_rides_through_leader_faults_with_exact_counts(
         )
 
     admin = cluster.admin()
-    sup = Supervisor("sup-a", cluster.zk.connect_string, tmp_path, tmp_path / "checkpoints")
+    sup = Supervisor(
+        supervisor_command, "sup-a", cluster.zk.connect_string, tmp_path, tmp_path / "checkpoints"
+    )
     history = ClaimHistory()
     try:
         sup.start()

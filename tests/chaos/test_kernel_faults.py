@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.netns import Cut, available
+from devtools.netns import Cut
 from tests.chaos.checkers import stale_claims
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
@@ -26,15 +26,13 @@ from tests.chaos.txnlog import read_txns, s1_txnlog
 from tests.replica_fixtures import package
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
-
 FAULTS = ("sigkill", "sigstop-2T", "zk-cut-both", "clients-cut")
 FAILOVER_BOUND_S = 5.0
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[KernelCluster]:
-    made = KernelCluster(tmp_path, session_timeout=4.0)
+def cluster(kernel_cluster: type[KernelCluster], tmp_path: Path) -> Iterator[KernelCluster]:
+    made = kernel_cluster(tmp_path, session_timeout=4.0)
     try:
         yield made.start()
     finally:

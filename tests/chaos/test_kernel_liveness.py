@@ -16,13 +16,11 @@ from pathlib import Path
 import pytest
 
 from cluster.paths import Paths
-from devtools.netns import Cut, available
+from devtools.netns import Cut
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.cluster import REPO
 from tests.replica_fixtures import package
 from tests.waiting import wait_until
-
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 
 CODE_WAIT_S = 6.0
 T = 4.0
@@ -48,9 +46,9 @@ def _held(cluster: KernelCluster, i: int, digest: str) -> list[Path]:
 
 @pytest.mark.timeout(600)
 def test_followers_cut_from_each_other_each_lacking_a_package_still_elect(
-    tmp_path: Path,
+    kernel_cluster: type[KernelCluster], tmp_path: Path
 ) -> None:
-    cluster = KernelCluster(tmp_path, session_timeout=T, extra=("--code-wait", str(CODE_WAIT_S)))
+    cluster = kernel_cluster(tmp_path, session_timeout=T, extra=("--code-wait", str(CODE_WAIT_S)))
     cluster.start()
     try:
         leader, epoch = cluster.wait_healthy(60)

@@ -14,19 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from devtools.netns import Cut, available
+from devtools.netns import Cut
 from tests.chaos.kernel_cluster import KernelCluster
 from tests.waiting import wait_until
-
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"kernel faults: {available()}")
 
 T = 20.0
 BOUND_S = 5.0
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[KernelCluster]:
-    made = KernelCluster(tmp_path, session_timeout=T)
+def cluster(kernel_cluster: type[KernelCluster], tmp_path: Path) -> Iterator[KernelCluster]:
+    made = kernel_cluster(tmp_path, session_timeout=T)
     try:
         yield made.start()
     finally:

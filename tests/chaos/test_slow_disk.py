@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -29,14 +28,12 @@ from tests.cluster import REPO, free_port
 
 DELAY = 0.6
 
-needs_strace = pytest.mark.skipif(
-    os.geteuid() != 0 or slow_disk.available() is not None,
-    reason=f"the slow disk needs root and strace: {slow_disk.available() or 'not root'}",
-)
-
 
 @pytest.fixture
-def synced_zookeeper(tmp_path: Path) -> Iterator[tuple[ZooKeeperCluster, KazooClient]]:
+def synced_zookeeper(
+    tmp_path: Path, fsync_stall: type[slow_disk.FsyncStall]
+) -> Iterator[tuple[ZooKeeperCluster, KazooClient]]:
+    """A server that fsyncs, for the stall tests alone."""
     zk = ZooKeeperCluster(
         size=1,
         base_dir=tmp_path / "zk",
@@ -58,16 +55,17 @@ def _tracer(pid: int) -> int:
     raise AssertionError(f"no TracerPid in /proc/{pid}/status")
 
 
-@needs_strace
 @pytest.mark.timeout(120)
 def test_the_fsync_stall_slows_every_write_and_is_gone_after(
-    synced_zookeeper: tuple[ZooKeeperCluster, KazooClient], tmp_path: Path
+    synced_zookeeper: tuple[ZooKeeperCluster, KazooClient],
+    fsync_stall: type[slow_disk.FsyncStall],
+    tmp_path: Path,
 ) -> None:
     zk, client = synced_zookeeper
     (pid,) = zk.pids()
     assert slow_disk.timed_write(client) < DELAY, "a write is slow before any stall"
     logs = slow_disk.LogMark([zk.log_path(0)])
-    stall = slow_disk.FsyncStall([pid], DELAY, tmp_path / "strace")
+    stall = fsync_stall([pid], DELAY, tmp_path / "strace")
     try:
         stall.start()
         assert _tracer(pid) != 0
@@ -88,14 +86,15 @@ def test_the_fsync_stall_slows_every_write_and_is_gone_after(
         slow_disk.check_stalled(max(after), DELAY, "after")
 
 
-@needs_strace
 @pytest.mark.timeout(60)
-def test_a_stall_on_a_zookeeper_without_fsync_is_caught(tmp_path: Path) -> None:
+def test_a_stall_on_a_zookeeper_without_fsync_is_caught(
+    fsync_stall: type[slow_disk.FsyncStall], tmp_path: Path
+) -> None:
     """``forceSync=no``: nothing to delay, and the check says so rather than measuring."""
     with ZooKeeperCluster(size=1, base_dir=tmp_path / "zk") as zk:
         client = slow_disk.probe_client(zk.connect_string)
         try:
-            with slow_disk.FsyncStall(zk.pids(), DELAY, tmp_path / "strace"):
+            with fsync_stall(zk.pids(), DELAY, tmp_path / "strace"):
                 took = slow_disk.timed_write(client)
             with pytest.raises(slow_disk.FsyncStallError):
                 slow_disk.check_stalled(took, DELAY, "no fsync")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from devtools.netns import available
 from tests.chaos.cli_workload import CliWorkload
 from tests.chaos.kernel_ensemble import (
     FAULTS,
@@ -34,14 +33,12 @@ from tests.replica_fixtures import package
 NO_LEADER_BOUND_S = 5.0  # issue 31: never longer with no replica claiming leadership
 T = 4.0
 
-needs_kernel = pytest.mark.skipif(
-    available(cgroups=True) is not None, reason=f"kernel faults: {available(cgroups=True)}"
-)
-
 
 @pytest.fixture(scope="module")
-def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelEnsemble]:
-    made = KernelEnsemble(tmp_path_factory.mktemp("ensemble"), session_timeout=T)
+def ensemble(
+    kernel_ensemble: type[KernelEnsemble], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KernelEnsemble]:
+    made = kernel_ensemble(tmp_path_factory.mktemp("ensemble"), session_timeout=T)
     try:
         made.start(timeout=180)
         yield made
@@ -49,7 +46,6 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelEnsembl
         made.stop()
 
 
-@needs_kernel
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_zookeeper_fault_under_a_cli_workload(
