@@ -27,7 +27,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from cluster.api import pb, records
 from cluster.apierror import ApiError
-from cluster.names import check_digest, check_name, topology_id
+from cluster.names import check_digest_arg, check_name, topology_id
 from cluster.reads import live_replicas, read_holders_of
 from code_sync.errors import PackageRejected, StoreError
 from code_sync.pusher import PUSH_RETRY_S, PushRound, push_delay
@@ -53,6 +53,9 @@ from nimbus.duties.requests import OnDivergentServer, remember
 
 log = logging.getLogger(__name__)
 
+#: The replication wait in ZooKeeper write round trips (the beats' latency), at least.
+WAIT_PER_LATENCY = 8.0
+
 CurrentWriter = Callable[[], FencedWriter | None]
 NewPushRound = Callable[[str, str], PushRound]  # (topology id, digest)
 VERDICTS_KEPT = 256
@@ -69,8 +72,10 @@ class Submitter:
         wall_s: Callable[[], float] = time.time,
         on_divergent_server: OnDivergentServer | None = None,
         push_round: NewPushRound | None = None,
+        zk_latency: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._on_divergent = on_divergent_server
+        self._zk_latency = zk_latency
         self._push_round = push_round or (lambda tid, digest: PushRound(store, tid, digest))
         self._client = client
         self._config = config
@@ -93,7 +98,7 @@ class Submitter:
         first = self._replay(header.client_request_id, writer)
         if first is not None:
             return first  # a retry of a submit that already succeeded: no second topology
-        check_digest(header.expected_digest)
+        check_digest_arg(header.expected_digest)
         if header.package_size > self._config.max_package_bytes:
             raise ApiError(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -312,6 +317,14 @@ class Submitter:
             return self._config.min_replicas
         return max(1, min(2, len(live_replicas(self._client, self._paths))))
 
+    def replication_wait(self) -> float:
+        """``--replication-wait``, longer while ZooKeeper is slow: a follower's copy takes
+        a few writes and reads (its holder node, our watch), each waiting for ZooKeeper's
+        disk, and a slow disk must slow a submit down, not abort it. At most half the
+        grace before an unactivated package is collected."""
+        slow = min(WAIT_PER_LATENCY * self._zk_latency(), self._config.gc_grace / 2)
+        return max(self._config.replication_wait, slow)
+
     def _await_replicas(self, new_id: str, digest: str, writer: FencedWriter) -> list[str]:
         """Block until the required replicas hold the package, leadership permitting.
 
@@ -330,7 +343,7 @@ class Submitter:
             return False if done.is_set() else None
 
         ChildrenWatch(self._client, self._paths.code_holders(new_id), on_children)
-        wait = self._config.replication_wait
+        wait = self.replication_wait()
         deadline = time.monotonic() + wait
         push_at = time.monotonic() + push_delay(wait)
         pushes = self._push_round(new_id, digest)
