@@ -23,8 +23,17 @@ def check_name(name: str) -> str:
     return name
 
 
-def check_digest(digest: str) -> str:
-    if not DIGEST_RE.fullmatch(digest):
+def is_digest(digest: object) -> bool:
+    """The one rule for a package digest: 64 lowercase hex characters (SHA-256)."""
+    return isinstance(digest, str) and DIGEST_RE.fullmatch(digest) is not None
+
+
+def check_digest_arg(digest: str) -> str:
+    """An API argument: ``digest`` if ``is_digest``, else ``ApiError(INVALID_ARGUMENT)``.
+
+    The code store's ``require_digest`` applies the same rule but raises ``InvalidDigest``.
+    """
+    if not is_digest(digest):
         raise ApiError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"invalid digest {digest!r}: expected 64 lowercase hex characters (SHA-256)",

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.names import DIGEST_RE
+from cluster.names import is_digest
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,7 @@ def load(code_dir: Path) -> Index:
         return Index()
     if not isinstance(raw, dict) or not isinstance(raw.get("held"), dict):
         return Index()
-    held = {
-        str(tid): str(digest)
-        for tid, digest in raw["held"].items()
-        if isinstance(digest, str) and DIGEST_RE.fullmatch(digest)
-    }
+    held = {str(tid): str(digest) for tid, digest in raw["held"].items() if is_digest(digest)}
     registered = raw.get("registered")
     ids = frozenset(str(r) for r in registered) if isinstance(registered, list) else frozenset()
     return Index(held, ids, str(raw.get("replica", "")))

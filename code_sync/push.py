@@ -36,7 +36,7 @@ from cluster.factory import make_channel
 from cluster.paths import Paths
 from code_sync.errors import PackageRejected, PushBusy, PushUnverifiable
 from code_sync.package import size_over_limit
-from code_sync.store import CodeStore, check_digest
+from code_sync.store import CodeStore, require_digest
 from fencing import Membership
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class PushReceiver:
                 f"invalid topology id {header.topology_id[:80]!r}: "
                 "use 1-200 of A-Z a-z 0-9 . _ - (not '.' or '..')"
             )
-        check_digest(header.digest)  # InvalidDigest is a PackageRejected that names it
+        require_digest(header.digest)  # InvalidDigest is a PackageRejected that names it
         limit = self._store.max_package_bytes
         if header.size <= 0:
             raise _malformed(f"package size must be > 0 bytes, got {header.size}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from cluster.names import DIGEST_RE
+from cluster.names import is_digest
 from code_sync.errors import InvalidDigest, PackageNotFound, PackageRejected, StoreError
 from code_sync.package import UNCOMPRESSED_FACTOR, format_size, size_over_limit, validate_package
 
@@ -42,13 +42,13 @@ DEFAULT_CHUNK = 1 << 20
 _StatKey = tuple[int, int, int, int, int]
 
 
-def check_digest(digest: str) -> str:
-    """Return ``digest`` if it is 64 lowercase hex characters, else raise ``InvalidDigest``.
+def require_digest(digest: str) -> str:
+    """Return ``digest`` if ``is_digest``, else raise ``InvalidDigest`` (a ``PackageRejected``).
 
     A digest becomes a file name, so anything else (``..``, ``/``, upper case aliases)
-    must never reach the filesystem.
+    must never reach the filesystem. An API argument is checked by ``check_digest_arg``.
     """
-    if not isinstance(digest, str) or DIGEST_RE.fullmatch(digest) is None:
+    if not is_digest(digest):
         raise InvalidDigest(f"invalid digest {digest!r}: expected 64 lowercase hex characters")
     return digest
 
@@ -158,7 +158,7 @@ class CodeStore:
 
     def path(self, digest: str) -> Path:
         """Where the package with this digest lives (whether or not it is there)."""
-        return self._root / check_digest(digest)
+        return self._root / require_digest(digest)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class CodeStore:
         unchanged. In every failure the temp file is removed and the store is unchanged.
         """
         if expected_digest is not None:
-            check_digest(expected_digest)
+            require_digest(expected_digest)
         limit = self.max_package_bytes
         if expected_size is not None:
             if expected_size < 0:
@@ -254,7 +254,7 @@ class CodeStore:
         racing the clock tick that ``fresh_margin_ns`` guards) goes unseen here but is
         caught when the package is read: ``read_chunks`` and ``open_verified`` always hash.
         """
-        path = self._root / check_digest(digest)
+        path = self._root / require_digest(digest)
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -318,7 +318,7 @@ class CodeStore:
 
     def size(self, digest: str) -> int:
         """Size in bytes of the stored file (unverified: pair with ``has``)."""
-        path = self._root / check_digest(digest)
+        path = self._root / require_digest(digest)
         try:
             return os.stat(path).st_size
         except FileNotFoundError as e:
@@ -337,7 +337,7 @@ class CodeStore:
         consumer that waits for the normal end never takes it as good. Arguments and
         presence are checked now (``PackageNotFound``); the file is opened on first use.
         """
-        path = self._root / check_digest(digest)
+        path = self._root / require_digest(digest)
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, not {chunk_size}")
         if offset < 0:
@@ -390,7 +390,7 @@ class CodeStore:
         Always hashes (ignores the cache). Raises ``PackageNotFound`` or ``StoreError``
         (damaged: the file is moved aside).
         """
-        path = self._root / check_digest(digest)
+        path = self._root / require_digest(digest)
         try:
             f = open(path, "rb")  # noqa: SIM115 - returned to the caller open
         except FileNotFoundError as e:
@@ -414,15 +414,11 @@ class CodeStore:
     def digests(self) -> set[str]:
         """Digests of the files present (unverified: ``has`` verifies one)."""
         with _disk(f"cannot list the code store at {self._root}"), os.scandir(self._root) as it:
-            return {
-                e.name
-                for e in it
-                if DIGEST_RE.fullmatch(e.name) and e.is_file(follow_symlinks=False)
-            }
+            return {e.name for e in it if is_digest(e.name) and e.is_file(follow_symlinks=False)}
 
     def remove(self, digest: str) -> bool:
         """Delete a package; False when it was not there."""
-        path = self._root / check_digest(digest)
+        path = self._root / require_digest(digest)
         with self._lock:
             self._verified.pop(digest, None)
             try:

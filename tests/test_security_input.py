@@ -26,7 +26,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from cluster.api import pb, records, rpc
 from cluster.apierror import ApiError
-from cluster.names import check_digest, check_name, check_request_id
+from cluster.names import check_digest_arg, check_name, check_request_id
 from cluster.paths import Paths
 from code_sync.errors import PackageRejected
 from code_sync.package import check_package_bytes
@@ -73,7 +73,7 @@ def test_name_checks_pass_only_safe_znode_names(text: str) -> None:
 @given(st.text(alphabet="0123456789abcdefABCDEFg", max_size=70))
 def test_digest_check_accepts_exactly_sha256_hex(text: str) -> None:
     try:
-        check_digest(text)
+        check_digest_arg(text)
     except ApiError as e:
         assert e.code == INVALID and "64 lowercase hex" in e.message
     else:
@@ -388,4 +388,4 @@ def test_corrupt_records_are_reported_and_skipped_by_a_real_replica(
 def test_a_trailing_newline_is_not_a_valid_name_or_digest(value: str) -> None:
     """``$`` in a pattern also matches before a final newline: the checks must not."""
     with pytest.raises(ApiError, match="invalid"):
-        check_digest(value) if len(value) > 60 else check_name(value)
+        check_digest_arg(value) if len(value) > 60 else check_name(value)

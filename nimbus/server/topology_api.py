@@ -9,7 +9,7 @@ from kazoo.client import KazooClient
 
 from cluster.api import pb, records
 from cluster.apierror import ApiError
-from cluster.names import check_digest
+from cluster.names import check_digest_arg
 from cluster.paths import Paths
 from code_sync.errors import (
     PackageNotFound,
@@ -76,7 +76,7 @@ class DaemonTopologyApi:
         return topologies.list_supervisors(self._reads, self._paths)
 
     def download(self, digest: str, offset: int) -> Iterator[pb.CodeChunk]:
-        check_digest(digest)
+        check_digest_arg(digest)
         if offset < 0:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"negative offset {offset}")
         if not self._store.has(digest):
