@@ -23,7 +23,9 @@ import pytest
 #: The markers a fixture may declare. pyproject.toml registers them, each with what it
 #: stands for; tests/test_tiers.py checks that it does and that the fast tier leaves out
 #: every one.
-HEAVY = frozenset({"replicas", "spark", "root", "containers", "browser", "model", "slow", "soak"})
+HEAVY = frozenset(
+    {"replicas", "ensemble", "spark", "root", "containers", "browser", "model", "slow", "soak"}
+)
 
 _ATTR = "_nimbus_test_needs"
 F = TypeVar("F", bound=Callable[..., object])

@@ -22,6 +22,7 @@ from kazoo.exceptions import NoNodeError, NotEmptyError
 
 from cluster.factory import make_kazoo_client
 from devtools.zkserver import EXTERNAL_ENV, ZooKeeperCluster, external_connect_string
+from tests.tiers import needs
 from tests.waiting import wait_until
 
 SESSION_TIMEOUT = 2.0
@@ -118,6 +119,7 @@ def zk_server() -> Iterator[ZooKeeperCluster]:
 
 
 @pytest.fixture(scope="session")
+@needs("ensemble")
 def zk_ensemble() -> Iterator[ZooKeeperCluster]:
     """A 3-node ensemble for the whole session; prefer ``healthy_ensemble`` in tests."""
     yield from _session_cluster(3)
