@@ -1,18 +1,16 @@
-"""bench/code_sync.py's cluster: the package, two replicas that sync it, and a submit timed until
-the second replica holds what the leader accepted.
+"""bench/code_sync_throughput.py's cluster: the package, two replicas that sync it, and a
+submit timed until the second replica holds what the leader accepted.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import _replicas
 from _common import BenchError, free_port
@@ -20,6 +18,7 @@ from _replicas import ReplicaCluster
 
 from cluster.api import pb
 from code_sync.package import make_package
+from nimbus.client import NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 
 MIB = 1 << 20
@@ -100,32 +99,6 @@ class Cluster(ReplicaCluster[Replica]):
 # -- submit (NimbusClient) --------------------------------------------------------------
 
 
-class _Submitter(Protocol):
-    def submit(
-        self,
-        header: pb.SubmitHeader,
-        chunks: Callable[[], Iterator[bytes]],
-        *,
-        timeout: float = ...,
-    ) -> pb.SubmitTopologyResponse: ...
-
-    def close(self) -> None: ...
-
-
-def nimbus_client(seeds: list[str]) -> _Submitter:
-    """``nimbus.client.NimbusClient``, imported by name.
-
-    A plain import would make ``mypy bench/code_sync.py`` (whose search path starts at
-    bench/) resolve ``leader`` and, through it, ``fencing`` to the benchmark scripts of
-    those names; at run time the repo root comes first and the real packages load.
-    """
-    module = importlib.import_module("nimbus.client")
-    client: _Submitter = module.NimbusClient(
-        seeds, attempts=5, deadline=SUBMIT_TIMEOUT_S, call_timeout=5.0
-    )
-    return client
-
-
 @dataclass(frozen=True)
 class Submitted:
     submit_s: float  # NimbusClient.submit call: upload, leader's store.write, publish
@@ -151,7 +124,12 @@ def submit_and_wait(cluster: Cluster, leader: Replica, package: Package) -> Subm
             while block := f.read(SUBMIT_CHUNK):
                 yield block
 
-    client = nimbus_client([r.address for r in cluster.replicas])
+    client = NimbusClient(
+        [r.address for r in cluster.replicas],
+        attempts=5,
+        deadline=SUBMIT_TIMEOUT_S,
+        call_timeout=5.0,
+    )
     try:
         began = time.perf_counter()
         reply = client.submit(header, chunks, timeout=SUBMIT_TIMEOUT_S)

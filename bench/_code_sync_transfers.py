@@ -1,5 +1,6 @@
-"""The two ways bench/code_sync.py moves a package: the replicas' own sync (gRPC DownloadCode
-into a CodeStore) and a raw loopback socket doing the same hashing, writing and fsync.
+"""The two ways bench/code_sync_throughput.py moves a package: the replicas' own sync (gRPC
+DownloadCode into a CodeStore) and a raw loopback socket doing the same hashing, writing and
+fsync.
 """
 
 from __future__ import annotations

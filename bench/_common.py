@@ -1,11 +1,9 @@
 """Shared helpers for the benchmarks: percentiles, a plain-text table, machine facts.
 
 bench/ is not a package: each benchmark is a script run from the repo root
-(``python bench/<name>.py``). Python then puts bench/ first on ``sys.path``, where
-``bench/leader.py``, ``fencing.py`` and ``code_sync.py`` would shadow the packages of those
-names. Every bench imports this module before any project package (it sorts with the
-third-party imports, ahead of the first-party ones), and importing it moves bench/ behind
-the repo root: the packages win, and the bench's own ``_*`` helpers still import.
+(``python bench/<name>.py``), so Python puts bench/ first on ``sys.path``. No file in
+bench/ is named like a package (``tests/test_bench_harness.py`` checks it), so the
+project's packages and the bench's own ``_*`` helpers import side by side.
 """
 
 from __future__ import annotations
@@ -29,12 +27,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from devtools.zklocate import free_ports
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-
-if sys.path and Path(sys.path[0] or ".").resolve() == BENCH:  # run as python bench/NAME.py
-    sys.path[0] = str(REPO)
-    sys.path.append(str(BENCH))
+# The project's packages are installed (editable); ``tests.chaos``, which the chaos benches
+# drive, is not: the repo root goes on the path, after bench/.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 NS_PER_MS = 1_000_000
 
@@ -246,8 +246,6 @@ def machine_facts() -> MachineFacts:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (``devtools.zklocate``)."""
-    from devtools.zklocate import free_ports  # after the sys.path set-up above
-
     return free_ports(1)[0]
 
 

@@ -1,5 +1,6 @@
-"""bench/leader.py's cluster: three replicas, ready when every one serves, lists exactly the live
-set and names one leader; a replica that dies before it ever served is started once more.
+"""bench/leader_failover.py's cluster: three replicas, ready when every one serves, lists
+exactly the live set and names one leader; a replica that dies before it ever served is
+started once more.
 """
 
 from __future__ import annotations

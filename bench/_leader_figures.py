@@ -1,5 +1,5 @@
-"""What bench/leader.py measures, as records (a series of calls, a failover trial), and the
-tables and JSON made of them."""
+"""What bench/leader_failover.py measures, as records (a series of calls, a failover trial),
+and the tables and JSON made of them."""
 
 from __future__ import annotations
 

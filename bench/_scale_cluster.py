@@ -5,7 +5,6 @@ their package, and the steps a new leader logs on its way into office.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -14,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import _replicas
 from _common import BenchError, free_port
@@ -22,6 +21,7 @@ from _replicas import ReplicaCluster
 from kazoo.client import KazooClient
 
 from cluster.api import records
+from cluster.paths import Paths
 from code_sync.package import make_package
 
 REPLICAS = 2
@@ -51,24 +51,6 @@ def topology_name(i: int) -> str:
 
 def topology_id(name: str) -> str:
     return f"{name}-1-1"
-
-
-# -- the ZooKeeper layout (cluster.paths, imported by name) ------------------------------
-
-
-class _Paths(Protocol):
-    def storm(self, topology_id: str) -> str: ...
-
-    def name(self, name: str) -> str: ...
-
-    def folders(self) -> list[str]: ...
-
-
-def zk_paths(root: str) -> _Paths:
-    """``cluster.paths.Paths(root)``; see the note on imports at the top."""
-    module = importlib.import_module("cluster.paths")
-    paths: _Paths = module.Paths(root)
-    return paths
 
 
 # -- the package and the seed -----------------------------------------------------------
@@ -103,7 +85,7 @@ def seed(connect: str, root: str, n: int, package: Package) -> float:
     client = KazooClient(hosts=connect, timeout=10.0)
     client.start(timeout=30.0)
     try:
-        paths = zk_paths(root)
+        paths = Paths(root)
         for folder in paths.folders():
             client.ensure_path(folder)
         launched = int(time.time() * 1000)

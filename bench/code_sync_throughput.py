@@ -29,8 +29,8 @@ is the ratio of the p50 throughputs (the issue's target is at least 0.5).
 ``make_package`` deflates every file entry; on random bytes zlib falls back to stored
 blocks, so the zip is the blob plus a few KiB and validation inflates at memcpy speed.
 
-Run from the repo root: ``python bench/code_sync.py [--quick]``. The last line of stdout is
-one JSON object with the figures.
+Run from the repo root: ``python bench/code_sync_throughput.py [--quick]``. The last line of
+stdout is one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -330,7 +330,10 @@ def run(*, quick: bool) -> dict[str, Any]:
                 time.sleep(SETTLE_S)
                 series = measure(leader, package, scratch, rounds, WARMUP_ROUNDS)
             except BaseException:
-                print(f"bench/code_sync.py: replica logs:\n{cluster.tails()}", file=sys.stderr)
+                print(
+                    f"bench/code_sync_throughput.py: replica logs:\n{cluster.tails()}",
+                    file=sys.stderr,
+                )
                 raise
             finally:
                 cluster.shutdown()

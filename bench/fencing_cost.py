@@ -9,8 +9,8 @@ then times three ways of writing one node, interleaved round-robin in one run so
 * check-then-write: ``client.exists(lock node)`` then ``client.set`` - two round trips,
   and still racy: the lock node can vanish between them.
 
-Run from the repo root: ``python bench/fencing.py [--quick]``. The last line of stdout is
-one JSON object with the figures.
+Run from the repo root: ``python bench/fencing_cost.py [--quick]``. The last line of stdout
+is one JSON object with the figures.
 """
 
 from __future__ import annotations

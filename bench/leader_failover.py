@@ -14,8 +14,8 @@ process, on loopback, under a fresh ``--root /bench-<uuid>``), then measures in 
 * SIGKILL failover: the same with SIGKILL, where the lock node only goes when
   ZooKeeper expires the dead session: about one session timeout.
 
-Run from the repo root: ``python bench/leader.py [--quick]``. The last line of stdout is
-one JSON object with the figures.
+Run from the repo root: ``python bench/leader_failover.py [--quick] [--preemption]``. The
+last line of stdout is one JSON object with the figures.
 """
 
 from __future__ import annotations

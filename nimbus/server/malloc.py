@@ -5,7 +5,7 @@ serialised message); with glibc's defaults each is a new mmap, zero-filled page 
 measured 32k page faults per 64 MiB download, more CPU than the SHA-256. Keeping such
 blocks on the heap (mmap threshold 16 MiB) *and* not trimming it after every free (trim
 threshold 256 MiB; the first setting alone made it slower) removed the faults and halved
-the stream time (bench/code_sync.py). A no-op where glibc is not the allocator.
+the stream time (bench/code_sync_throughput.py). A no-op where glibc is not the allocator.
 """
 
 from __future__ import annotations
