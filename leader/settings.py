@@ -20,7 +20,8 @@ Deposed = Callable[[str], None]
 HISTORY_KEPT = 1000
 #: Pause after an unexpected error before queueing again, so a persistent fault does not spin.
 ERROR_BACKOFF = 1.0
-#: Pause after losing our lock node before queueing again (see ``leader.preemption``).
+#: Pause after losing our lock node before queueing again, and between queue attempts
+#: (``leader.cycle``).
 REQUEUE_BACKOFF = 1.0
 
 
@@ -129,12 +130,52 @@ class GateStage(enum.Enum):
 
 @dataclass(frozen=True)
 class ElectorSettings:
+    """Checked once, here: a bad value is refused naming its field."""
+
     paths: Paths
     replica_id: str
     session_timeout: float
     gate_poll_interval: float = 0.5
     epochs_kept: int = 50
     beats: BeatSettings = field(default_factory=BeatSettings)
+
+    def __post_init__(self) -> None:
+        if not self.replica_id:
+            raise ConfigError("ElectorSettings.replica_id must name the replica (host:port)")
+        for name in ("session_timeout", "gate_poll_interval"):
+            value = getattr(self, name)
+            if not value > 0:  # also refuses NaN
+                raise ConfigError(f"ElectorSettings.{name} must be > 0 seconds, got {value}")
+        if self.epochs_kept < 1:
+            raise ConfigError(
+                f"ElectorSettings.epochs_kept must be >= 1 (the current term's), "
+                f"got {self.epochs_kept}"
+            )
+
+
+def _no_word(_: object) -> None:
+    """The default of a callback nobody listens to."""
+
+
+@dataclass(frozen=True)
+class ElectorCallbacks:
+    """What the elector asks and tells its owner, in one value.
+
+    ``has_all_code``: the code gate. ``on_elected(epoch, token, writer)`` when a term
+    starts; ``on_deposed(why)`` whenever it ends, even after a failing ``on_elected``.
+    ``leader_hint``: the leader's address for a refused write's error. ``taking_office``:
+    told True on winning the lock and False once in office (or not), so background work
+    can step aside for the round trips that decide how long there is no leader.
+    ``on_stale_server(why)``: we won the lock on our server's view but the quorum refused
+    the office; our server is behind or diverged, and queueing on it again would loop.
+    """
+
+    has_all_code: CodeGate
+    on_elected: Elected | None = None
+    on_deposed: Deposed = _no_word
+    leader_hint: Callable[[], str | None] | None = None
+    taking_office: Callable[[bool], object] = _no_word
+    on_stale_server: Callable[[str], object] = _no_word
 
 
 class History:

@@ -1,32 +1,57 @@
-"""A term's checks: whether it survived a dropped connection (one verdict), the watch
-on its lock node, and leaving the queue within a deadline."""
+"""A term's I/O: from a won lock to the end of the term (``Tenure``), leading it (the
+owner's callbacks around the token's life), whether it survived a dropped connection (one
+verdict), and the watch on its lock node."""
 
 from __future__ import annotations
 
-import enum
 import logging
+import threading
+from collections.abc import Callable
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
 
 from cluster.paths import Paths
-from fencing import CancelReason, FencingError, LeadershipToken
-from fencing.beats import leave_queue
-from fencing.office import read_leader_epoch
-from leader.settings import CodeGate
+from fencing import (
+    CancelReason,
+    FencedWriter,
+    LeadershipToken,
+    NotLeaderError,
+    WriteConflictError,
+    WriteOutcomeUnknown,
+)
+from fencing.office import prune_epochs, read_leader_epoch, take_office
+from leader.cycle import CycleMachine, Decision, OfficeOutcome, TermVerdict, Verdict
+from leader.pulse import Pulse
+from leader.seat import Link, Seat
+from leader.settings import CodeGate, ElectorCallbacks, ElectorSettings, GateStage
 
 log = logging.getLogger(__name__)
 
 
-class TermVerdict(enum.Enum):
-    """Why a term goes on or ends after a reconnect; the words are for the history."""
-
-    RESUME = "resumed"
-    LOST = "session or lock node lost while disconnected; queueing again"
-    NOT_NAMED = "leader-epoch no longer names us; queueing again"
-    NO_CODE = "waiting for code (after reconnecting)"
+def lead_term(
+    epoch: int,
+    token: LeadershipToken,
+    writer: FencedWriter,
+    callbacks: ElectorCallbacks,
+    *,
+    note: Callable[[str], None],
+) -> None:
+    """``on_elected``, the term until its token is cancelled, then ``on_deposed`` whatever
+    happened: a failing ``on_elected`` must not leave the term's signs (role, label,
+    metrics) on."""
+    try:
+        if not token.cancelled and callbacks.on_elected is not None:
+            callbacks.on_elected(epoch, token, writer)
+        token.wait()
+    except BaseException as e:
+        token.cancel(CancelReason.ELECTOR_ERROR, f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        note(f"deposed: {token.why}")
+        callbacks.on_deposed(token.why)
 
 
 def judge_term(
@@ -70,19 +95,145 @@ def watch_lock_node(client: KazooClient, token: LeadershipToken) -> None:
         token.cancel(CancelReason.WATCH_FAILED, type(e).__name__)
 
 
-def leave_lock(client: KazooClient, paths: Paths, lock: Lock, *, timeout: float) -> None:
-    """Delete our lock node within ``timeout`` and forget it; also drops a lock whose node
-    is already gone (kazoo would keep believing it holds it). Not kazoo's ``release``: it
-    retries without bound while the link is down, and SIGTERM would hang on it."""
-    node = paths.lock_node_of(lock)
-    if node is not None and client.state == KazooState.CONNECTED:
+class Tenure:
+    """From a won lock to the end of its term: the gate after winning, take office, serve
+    under a token, resume after a dropped connection on the same session; and leave the
+    queue whenever the term ends (``leader.cycle`` decides which). One thread: the
+    elector's."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        settings: ElectorSettings,
+        callbacks: ElectorCallbacks,
+        *,
+        machine: CycleMachine,
+        seat: Seat,
+        link: Link,
+        pulse: Pulse,
+        stopping: threading.Event,
+        gate: Callable[[GateStage], Decision | None],
+        note: Callable[[str], None],
+        clock: Callable[[], float],
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self._client, self._s, self._paths, self._do = client, settings, settings.paths, callbacks
+        self._machine, self._seat, self._link, self._pulse = machine, seat, link, pulse
+        self._stopping, self._gate, self._note = stopping, gate, note
+        self._clock, self._wall_ms = clock, wall_ms
+        self.epoch = 0  # of the current or last term (0 before the first)
+
+    def run(self, lock: Lock, lock_node: str) -> None:
+        """We won ``lock``: take office and serve; return once the term ended."""
+        self._do.taking_office(True)
         try:
-            leave_queue(client, lock_node=node, timeout=timeout)
-        except (KazooException, FencingError) as e:
-            # The session's end removes the node, and a later cycle drops it if the
-            # session survives (``Membership.drop_session_nodes``).
-            log.warning("could not release lock node %s: %s", node, e)
-    elif node is not None:
-        log.info("not connected: leaving lock node %s to the session", node)
-    lock.is_acquired = False
-    lock.node = None
+            epoch = self._office(lock, lock_node)
+        finally:
+            self._do.taking_office(False)
+        if epoch is not None:
+            self._serve(lock, lock_node, epoch)
+
+    def _office(self, lock: Lock, lock_node: str) -> int | None:
+        """The gate after winning, then the take-office multi-op: the new epoch, or None."""
+        if self._stopping.is_set():
+            return None
+        gate = self._gate(GateStage.AFTER_WINNING)
+        if gate is None or gate.verdict is not Verdict.TAKE_OFFICE:
+            self._seat.release(lock)  # never hold the lock while waiting for code
+            return None
+        sent, lease, beat = self._pulse.announce()
+        try:
+            epoch = take_office(
+                self._client, self._paths, lock_node=lock_node, holder=self._s.replica_id,
+                now_ms=self._wall_ms, timeout=self._s.session_timeout,
+                beat=self._paths.beat(lock_node), beat_data=beat,
+            )  # fmt: skip
+        except (NotLeaderError, WriteConflictError) as e:
+            self._office_failed(lock, OfficeOutcome.REFUSED, e)
+            return None
+        except WriteOutcomeUnknown as e:
+            self._office_failed(lock, OfficeOutcome.UNKNOWN, e)
+            return None
+        except KazooException as e:
+            self._office_failed(lock, OfficeOutcome.READ_FAILED, e)
+            raise
+        self._pulse.renew(sent, lease)  # the take-office multi-op is the term's first beat
+        self.epoch = epoch
+        self._note(f"took office, epoch {epoch}")
+        return epoch
+
+    def _office_failed(self, lock: Lock, outcome: OfficeOutcome, e: Exception) -> None:
+        """Leave the queue (or, its link down, forget the lock) after a failed take-office."""
+        self._machine.office(outcome)
+        decision = self._machine.decide(self._clock())
+        if decision.verdict is Verdict.FORGET:
+            self._seat.forget(lock)  # not kazoo's release: it blocks until the link is back
+            return
+        # Never keep the lock without the office: the queue behind would wait on us.
+        self._note(f"could not take office: {e}")
+        self._seat.release(lock)
+        if decision.stale_server:
+            self._do.on_stale_server(f"won the lock but could not take office: {e}")
+
+    def _serve(self, lock: Lock, lock_node: str, epoch: int) -> None:
+        session = self._link.session
+        resumed = False
+        while True:
+            token = LeadershipToken(lock_node, epoch)
+            self._seat.begin(token)  # first: a disconnect from now on cancels this token
+            if not self._link.connected():
+                token.cancel(CancelReason.DISCONNECTED, "before the term started")
+            watch_lock_node(self._client, token)
+            if self._stopping.is_set():
+                token.cancel(CancelReason.SHUTDOWN)
+            writer = FencedWriter(
+                self._client, token, timeout=self._s.session_timeout,
+                leader_hint=self._do.leader_hint, lease_valid=self._pulse.valid,
+            )  # fmt: skip
+            if resumed:
+                # The leases lapsed with the connection: renew them before handing out the
+                # writer, or the first writes of the resumed term would be refused.
+                self._pulse.renew_now()
+            else:
+                try:
+                    prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
+                except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
+                    log.warning("could not prune old epochs: %s", e)
+            lead_term(epoch, token, writer, self._do, note=self._note)
+            self._machine.term_ended(token.reason, stopping=self._stopping.is_set())
+            decision = self._machine.decide(self._clock())
+            if decision.verdict is Verdict.STOP:
+                return
+            if decision.verdict is Verdict.LEAVE:
+                self._seat.release(lock)
+                self._stopping.wait(decision.backoff)  # after a deletion: the new leader settles
+                return
+            if not self._term_survived(lock, lock_node, session, epoch):
+                return
+            self._note(f"resumed, epoch {epoch}")
+            resumed = True
+
+    def _term_survived(self, lock: Lock, lock_node: str, session: int | None, epoch: int) -> bool:
+        """After a dropped connection: True to resume the term; False once it ended (the
+        lock is then released). A ZooKeeper error while checking is more connection
+        trouble: wait for the connection and check again, keeping the lock node."""
+        while self._link.wait(self._stopping):
+            try:
+                verdict = judge_term(
+                    self._client, self._paths, lock_node=lock_node, epoch=epoch,
+                    session_now=self._link.session, session_then=session,
+                    gate=self._do.has_all_code,
+                )  # fmt: skip
+            except KazooException as e:
+                self._note(f"checking the term after reconnecting failed: {type(e).__name__}")
+                verdict = None
+            self._machine.term_checked(verdict)
+            decision = self._machine.decide(self._clock())
+            if decision.verdict is Verdict.RESUME:
+                return True
+            if decision.verdict is Verdict.LEAVE and verdict is not None:
+                self._note(verdict.value)
+                self._seat.release(lock)
+                return False
+            self._stopping.wait(decision.backoff)  # CHECK_TERM again
+        return False

@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 
 from cluster.paths import Paths
 from leader.elector import Elector
-from leader.settings import ElectorSettings
+from leader.settings import ElectorCallbacks, ElectorSettings
 from nimbus.client import NimbusClient, NoLeaderError, backoff_cap
 from nimbus.discovery import Retry as _Retry
 from tests.waiting import wait_until
@@ -41,7 +41,7 @@ def _elector(client: KazooClient, gate: object, **kwargs: object) -> Elector:
     settings = ElectorSettings(
         paths=PATHS, replica_id="me:1", session_timeout=4.0, gate_poll_interval=0.05
     )
-    return Elector(client, settings, has_all_code=gate, **kwargs)  # type: ignore[arg-type]
+    return Elector(client, settings, ElectorCallbacks(has_all_code=gate, **kwargs))  # type: ignore[arg-type]
 
 
 def test_a_failing_on_elected_still_runs_on_deposed(zk_client: KazooClient) -> None:

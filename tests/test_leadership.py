@@ -15,7 +15,7 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from leader.discovery import LeaderCache
 from leader.elector import Elector
-from leader.settings import ElectorSettings
+from leader.settings import ElectorCallbacks, ElectorSettings
 from nimbus.call_metadata import LEADER_METADATA_KEY
 from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import Replica, wait_for_agreed_leader
@@ -183,7 +183,7 @@ def test_a_replica_lacking_code_never_takes_office_even_first_in_the_queue(
         ElectorSettings(
             paths=Paths(ROOT), replica_id="lacking:1", session_timeout=2.0, gate_poll_interval=0.05
         ),
-        has_all_code=gate,
+        ElectorCallbacks(has_all_code=gate),
     )
     elector.start()
     try:
@@ -217,7 +217,7 @@ def test_a_lock_node_our_session_left_queued_is_dropped_not_waited_on(
     elector = Elector(
         zk_client,
         ElectorSettings(paths=Paths(ROOT), replica_id="me:1", session_timeout=2.0),
-        has_all_code=lambda: True,
+        ElectorCallbacks(has_all_code=lambda: True),
     )
     elector.start()
     try:

@@ -18,7 +18,7 @@ from kazoo.security import make_acl
 from cluster.paths import Paths
 from fencing.membership import ensure_folders
 from leader.elector import Elector
-from leader.settings import REQUEUE_BACKOFF, ElectorSettings
+from leader.settings import REQUEUE_BACKOFF, ElectorCallbacks, ElectorSettings
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -35,8 +35,7 @@ def test_a_refused_take_office_queues_again_only_after_the_backoff_and_asks_to_m
     elector = Elector(
         zk_client,
         ElectorSettings(paths=paths, replica_id="stale:1", session_timeout=2.0),
-        has_all_code=lambda: True,
-        on_stale_server=asked.append,
+        ElectorCallbacks(has_all_code=lambda: True, on_stale_server=asked.append),
     )
     elector.start()
     try:

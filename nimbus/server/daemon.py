@@ -34,7 +34,7 @@ from leader.discovery import LeaderCache
 from leader.elector import Elector
 from leader.health import NimbusHealth
 from leader.registry import Registry
-from leader.settings import ElectorSettings
+from leader.settings import ElectorCallbacks, ElectorSettings
 from leader.silence_watch import SilenceWatch
 from nimbus.config import NimbusConfig, parse_address
 from nimbus.duties.lifecycle import Lifecycle, LifecycleDuty
@@ -48,7 +48,7 @@ from nimbus.server.podlabel import PodApi, PodLabeler
 from nimbus.server.security.credentials import CredentialsDuty
 from nimbus.server.security.server import load_server_security
 from nimbus.server.servicer import NimbusServicer
-from nimbus.server.stall_move import move_on_stalls
+from nimbus.server.stall_move import follow_stalls
 from nimbus.server.topology_api import DaemonTopologyApi
 from nimbus.server.ui import WebUi
 from nimbus.server.zkcheck import check_session_timeout
@@ -136,12 +136,14 @@ class NimbusDaemon:
                 session_timeout=config.session_timeout,
                 beats=config.beats,
             ),
-            has_all_code=has_all_code or self.syncer.gate.request_all_code,
-            on_elected=self._elected,
-            on_deposed=self._deposed,
-            leader_hint=self._leader_hint,
-            taking_office=self.storms.hold_back,  # a restart's record load steps aside
-            on_stale_server=lambda why: self.server_mover.move(why),  # made below
+            ElectorCallbacks(
+                has_all_code=has_all_code or self.syncer.gate.request_all_code,
+                on_elected=self._elected,
+                on_deposed=self._deposed,
+                leader_hint=self._leader_hint,
+                taking_office=self.storms.hold_back,  # a restart's record load steps aside
+                on_stale_server=lambda why: self.server_mover.move(why),  # made below
+            ),
         )
         self.health = NimbusHealth(
             connected=self._connected,
@@ -180,11 +182,11 @@ class NimbusDaemon:
             on_preempt=self.metrics.preempted,
             on_stale_server=self.server_mover.move,
         )
-        self.elector.beater.add_listener(self.silence.beat_acked)
-        self.elector.beater.add_listener(self.metrics.beat_acked)  # nimbus_beat_latency_seconds
+        self.elector.on_beat(self.silence.beat_acked)
+        self.elector.on_beat(self.metrics.beat_acked)  # nimbus_beat_latency_seconds
         # A beat held on a live connection: our server holds writes (cut from its quorum,
         # it keeps its clients for syncLimit); move, if it is slower than the others.
-        move_on_stalls(self.elector.beater, self.server_mover, config.beats, config.session_timeout)
+        follow_stalls(self.elector, self.server_mover, config.beats, config.session_timeout)
         self.registry = Registry(
             self.client,
             self.paths,

@@ -12,7 +12,7 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster
 from leader.elector import Elector
-from leader.settings import ElectorSettings
+from leader.settings import ElectorCallbacks, ElectorSettings
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -43,7 +43,7 @@ def test_a_zookeeper_error_while_rechecking_after_a_reconnect_keeps_the_term(
     elector = Elector(
         client,
         ElectorSettings(paths=Paths(ROOT), replica_id="me:1", session_timeout=4.0),
-        has_all_code=gate,
+        ElectorCallbacks(has_all_code=gate),
     )
     elector.start()
     try:
