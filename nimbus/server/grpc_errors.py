@@ -12,7 +12,7 @@ An interceptor, innermost, so the metrics interceptor outside it sees the mapped
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import grpc
@@ -20,14 +20,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fencing import NotLeaderError, WriteOutcomeUnknown
-from nimbus.server.grpc_wrap import (
-    Behavior,
-    Handler,
-    Interceptor,
-    StreamBehavior,
-    aborted,
-    wrap_handler,
-)
+from nimbus.server.grpc_wrap import Behavior, StreamBehavior, WrappingInterceptor, aborted
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +48,9 @@ def status_for(method: str, error: Exception) -> tuple[grpc.StatusCode, str]:
     )
 
 
-class ErrorInterceptor(Interceptor):
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        return wrap_handler(handler, handler_call_details.method, _unary, _streaming)
+class ErrorInterceptor(WrappingInterceptor):
+    def __init__(self) -> None:
+        super().__init__(_unary, _streaming)
 
 
 def _abort(method: str, error: Exception, context: grpc.ServicerContext) -> NoReturn:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
 
-from nimbus.server.grpc_wrap import Handler, Interceptor, wrap_handler
+from nimbus.server.grpc_wrap import Behavior, StreamBehavior, WrappingInterceptor
 
 #: (full method name, status code name, seconds) for each finished call.
 Observe = Callable[[str, str, float], None]
@@ -28,50 +29,35 @@ def _code_name(context: grpc.ServicerContext, error: BaseException | None) -> st
     return "UNKNOWN" if error is not None else "OK"
 
 
-class MetricsInterceptor(Interceptor):
+class MetricsInterceptor(WrappingInterceptor):
     """Wraps each method handler so that its outcome is observed exactly once."""
 
     def __init__(self, observe: Observe) -> None:
         self._observe = observe
+        super().__init__(self._unary, self._streaming)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return None
-        return wrap_handler(handler, handler_call_details.method, self._unary, self._streaming)
+    @contextmanager
+    def _observed(self, method: str, context: grpc.ServicerContext) -> Iterator[None]:
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            self._observe(method, _code_name(context, error), time.perf_counter() - started)
 
-    def _unary(
-        self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any]
-    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def _unary(self, method: str, behavior: Behavior) -> Behavior:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
+            with self._observed(method, context):
                 return behavior(request, context)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                self._observe(method, _code_name(context, error), time.perf_counter() - started)
 
         return wrapped
 
-    def _streaming(
-        self, method: str, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+    def _streaming(self, method: str, behavior: StreamBehavior) -> StreamBehavior:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            started = time.perf_counter()
-            error: BaseException | None = None
-            try:
+            with self._observed(method, context):
                 yield from behavior(request, context)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                self._observe(method, _code_name(context, error), time.perf_counter() - started)
 
         return wrapped

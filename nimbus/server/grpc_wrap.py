@@ -41,6 +41,26 @@ def wrap_handler(handler: Handler, method: str, unary: WrapUnary, streaming: Wra
     return handler
 
 
+class WrappingInterceptor(Interceptor):
+    """A server interceptor that wraps every method's behaviour: ``unary`` for calls that
+    reply once, ``streaming`` for calls whose reply is a stream."""
+
+    def __init__(self, unary: WrapUnary, streaming: WrapStream) -> None:
+        self._wrap_unary = unary
+        self._wrap_streaming = streaming
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        return wrap_handler(handler, method, self._wrap_unary, self._wrap_streaming)
+
+
 def aborted(context: grpc.ServicerContext) -> bool:
     """True once the handler set a status (``context.abort`` raises after setting it)."""
     return isinstance(context.code(), grpc.StatusCode)  # type: ignore[attr-defined]
