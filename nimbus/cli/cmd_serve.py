@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import tomllib
@@ -16,6 +15,7 @@ from cluster.envargs import add_env_flag
 from cluster.errors import ConfigError, NimbusError
 from leader.settings import DEFAULT_BEAT_INTERVAL, DEFAULT_LEADER_LEASE, DEFAULT_SILENCE_WINDOW
 from nimbus.cli import logs
+from nimbus.cli.stopping import stop_on_signals
 from nimbus.config import make_config
 from nimbus.server.malloc import tune_for_streaming
 
@@ -148,13 +148,7 @@ def run(args: argparse.Namespace) -> int:
     except (NimbusError, OSError) as e:
         print(f"nimbus serve: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     try:
         daemon.start()
     except NimbusError as e:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +14,7 @@ from cluster.security import client as client_security
 from cluster.security.client import add_client_flags
 from cluster.security.zkauth import export_to_children, load_zk_auth, parse_flag_bool
 from nimbus.cli import logs
+from nimbus.cli.stopping import stop_on_signals
 from nimbus.metrics import MetricsServer, serve_supervisor_metrics
 from pipeline.supervisor import (
     Supervisor,
@@ -75,13 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except (NimbusError, ValueError) as e:
         print(f"nimbus supervisor: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     supervisor = Supervisor(config)
     metrics: MetricsServer | None = None
     try:
