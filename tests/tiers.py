@@ -2,17 +2,17 @@
 
 A fixture that brings up something heavy or privileged says so with ``@needs(...)`` under
 its ``@pytest.fixture``. ``tests/conftest.py`` gives every collected test the markers of
-every fixture it uses, directly or through other fixtures (``item.fixturenames`` is that
-closure), so a new test that asks for a Spark session, a supervisor or a kernel-fault
-cluster lands in its tier without anyone remembering to mark it. The fast tier
-(``./run-tests --fast``) deselects every marker of ``HEAVY``; docs/testing-tiers.md
-gives the tiers' commands and times.
+every fixture it uses, directly or through other fixtures, so a new test that asks for
+replicas, a Spark session, a supervisor or a kernel-fault cluster lands in its tier
+without anyone remembering to mark it. The fast tier (``./run-tests --fast``) deselects
+every marker of ``HEAVY``; docs/testing-tiers.md gives the tiers' commands and times.
 
-Resources a test reaches without a fixture (a subprocess that starts Spark, a mount) go
-through one that carries the marker: a helper that only tests call is wrapped in a
-fixture rather than marked by hand, so the marker cannot be forgotten at a call site.
+A tool a test could reach without a fixture (a kernel fault, a mount, a supervisor whose
+worker starts Spark) is handed over by one that carries the marker, so the marker cannot
+be forgotten at a call site. Where the code under test starts Spark by itself, the test
+asks for ``spark_analysis``; ``./run-tests --fast`` has no Spark to start, so a test that
+misses it fails there.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
