@@ -17,7 +17,7 @@ from _code_sync_cluster import MAX_PACKAGE_MIB, MIB, Package, Replica
 from _common import BenchError
 
 from code_sync.peer import fetch_from_peer
-from code_sync.store import CodeStore
+from code_sync.store import CodeStore, fsync_dir
 
 MAX_PACKAGE_BYTES = MAX_PACKAGE_MIB * MIB
 FETCH_TIMEOUT_S = 600.0
@@ -37,14 +37,6 @@ def sync_once(source: Replica, package: Package, dest: Path) -> None:
     )
     if stored.size != package.size:
         raise BenchError(f"sync stored {stored.size} bytes, expected {package.size}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RawServer:
@@ -118,4 +110,4 @@ def raw_once(port: int, package: Package, dest: Path) -> None:
     if digest != package.digest or size != package.size:
         raise BenchError(f"raw transfer got {size} bytes hashing to {digest}")
     os.replace(tmp, dest / digest)
-    _fsync_dir(dest)
+    fsync_dir(dest)

@@ -88,7 +88,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a rename in ``path`` durable: the new entry lives in the directory's data."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -209,7 +209,7 @@ class CodeStore:
             # The file is complete and verified; a failure here only leaves its
             # durability in doubt, so it stays and the caller hears about the disk.
             with _disk(f"cannot sync directory {self._root}"):
-                _fsync_dir(self._root)
+                fsync_dir(self._root)
             return StoredPackage(digest, size, final)
         finally:
             if not placed:
