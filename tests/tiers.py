@@ -13,6 +13,7 @@ be forgotten at a call site. Where the code under test starts Spark by itself, t
 asks for ``spark_analysis``; ``./run-tests --fast`` has no Spark to start, so a test that
 misses it fails there.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
