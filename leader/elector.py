@@ -119,6 +119,10 @@ class Elector:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""
         self._wake.set()
 
+    def beat_latency(self) -> float:
+        """The round trip of our beats that ZooKeeper's latency is judged by, in seconds."""
+        return self._pulse.latency()
+
     def on_beat(self, listener: BeatListener) -> None:
         """Call ``listener`` with each of our acknowledged beats (the beater's thread)."""
         self._pulse.on_beat(listener)

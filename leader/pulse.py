@@ -73,6 +73,9 @@ class Pulse:
         self._heartbeat.beat()
         self._beater.beat_now(wait=max(self.claim.duration, 3 * self._beater.latency()))
 
+    def latency(self) -> float:
+        return self._beater.latency()
+
     def on_beat(self, listener: BeatListener) -> None:
         self._beater.add_listener(listener)
 

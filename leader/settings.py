@@ -168,6 +168,8 @@ class ElectorCallbacks:
     can step aside for the round trips that decide how long there is no leader.
     ``on_stale_server(why)``: we won the lock on our server's view but the quorum refused
     the office; our server is behind or diverged, and queueing on it again would loop.
+    ``step_aside()``: asked after winning, before taking office: a reason to leave the lock
+    and queue again (the term that just ended was handed to another replica), or None.
     """
 
     has_all_code: CodeGate
@@ -176,6 +178,7 @@ class ElectorCallbacks:
     leader_hint: Callable[[], str | None] | None = None
     taking_office: Callable[[bool], object] = _no_word
     on_stale_server: Callable[[str], object] = _no_word
+    step_aside: Callable[[], str | None] = lambda: None
 
 
 class History:

@@ -123,6 +123,13 @@ class Tenure:
         self._clock, self._wall_ms = clock, wall_ms
         self.epoch = 0  # of the current or last term (0 before the first)
 
+    def _step_aside(self) -> str | None:
+        try:
+            return self._do.step_aside()
+        except KazooException as e:  # advisory: a handover we cannot read is not one
+            log.warning("could not read a handover: %s", e)
+            return None
+
     def run(self, lock: Lock, lock_node: str) -> None:
         """We won ``lock``: take office and serve; return once the term ended."""
         self._do.taking_office(True)
@@ -140,6 +147,11 @@ class Tenure:
         gate = self._gate(GateStage.AFTER_WINNING)
         if gate is None or gate.verdict is not Verdict.TAKE_OFFICE:
             self._seat.release(lock)  # never hold the lock while waiting for code
+            return None
+        aside = self._step_aside()
+        if aside is not None:  # a planned handover to a replica behind us
+            self._note(f"stepped aside: {aside}")
+            self._seat.release(lock)
             return None
         sent, lease, beat = self._pulse.announce()
         try:

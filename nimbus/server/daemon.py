@@ -37,9 +37,9 @@ from leader.registry import Registry
 from leader.settings import ElectorCallbacks, ElectorSettings
 from leader.silence_watch import SilenceWatch
 from nimbus.config import NimbusConfig, parse_address
-from nimbus.duties.lifecycle import Lifecycle, LifecycleDuty
+from nimbus.duties.handover import StepAside
+from nimbus.duties.lifecycle import LifecycleDuty
 from nimbus.duties.scheduler import SchedulerDuty
-from nimbus.duties.submission import Submitter
 from nimbus.metrics import DownloadCounter, MetricsServer, ReplicaMetrics
 from nimbus.server.forward import Forwarder
 from nimbus.server.grpc_errors import ErrorInterceptor
@@ -49,7 +49,7 @@ from nimbus.server.security.credentials import CredentialsDuty
 from nimbus.server.security.server import load_server_security
 from nimbus.server.servicer import NimbusServicer
 from nimbus.server.stall_move import follow_stalls
-from nimbus.server.topology_api import DaemonTopologyApi
+from nimbus.server.topology_api import make_topology_api
 from nimbus.server.ui import WebUi
 from nimbus.server.zkcheck import check_session_timeout
 
@@ -143,6 +143,7 @@ class NimbusDaemon:
                 leader_hint=self._leader_hint,
                 taking_office=self.storms.hold_back,  # a restart's record load steps aside
                 on_stale_server=lambda why: self.server_mover.move(why),  # made below
+                step_aside=StepAside(self.client, self.paths, config.replica_id),
             ),
         )
         self.health = NimbusHealth(
@@ -204,18 +205,11 @@ class NimbusDaemon:
             ],
             tls=self.security.tls,
         )
-        writer, leave = self._current_writer, self.server_mover.move  # leave: it diverged
-        submitter = Submitter(
-            self.client, config, self.store, current_writer=writer, on_divergent_server=leave
-        )
-        self.storms.add_record_listener(submitter.learn)  # verdicts of topologies seen
-        lifecycle = Lifecycle(
-            self.client, self.paths, current_writer=writer, on_divergent_server=leave
-        )
-        pushed = self.syncer.push_receiver  # PushCode: what the leader sends us
-        api = DaemonTopologyApi(
-            self.bulk_client, self.paths, self.store, submitter, lifecycle, receiver=pushed
-        )
+        api = make_topology_api(
+            self.client, self.bulk_client, config, self.store, self.storms,
+            current_writer=self._current_writer, on_divergent_server=self.server_mover.move,
+            receiver=self.syncer.push_receiver, zk_latency=self.elector.beat_latency,
+        )  # fmt: skip
         rpc.add_NimbusServicer_to_server(
             NimbusServicer(
                 replica_id=config.replica_id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 from kazoo.client import KazooClient
@@ -11,6 +11,7 @@ from cluster.api import pb, records
 from cluster.apierror import ApiError
 from cluster.names import check_digest_arg
 from cluster.paths import Paths
+from cluster.recordcache import RecordCache
 from code_sync.errors import (
     PackageNotFound,
     PackageRejected,
@@ -21,9 +22,11 @@ from code_sync.errors import (
 from code_sync.push import PushReceiver
 from code_sync.store import CodeStore
 from fencing import MembershipError
+from nimbus.config import NimbusConfig
 from nimbus.duties.handover import Handover
 from nimbus.duties.lifecycle import Lifecycle
-from nimbus.duties.submission import Submitter
+from nimbus.duties.requests import OnDivergentServer
+from nimbus.duties.submission import CurrentWriter, Submitter
 from nimbus.server import topologies
 from nimbus.server.security.limits import check_kill, check_rebalance, checked_submit, guarded
 
@@ -118,3 +121,36 @@ class DaemonTopologyApi:
             ) from e
         except grpc.RpcError as e:  # the sender's stream ended under us (it cancelled)
             raise ApiError(grpc.StatusCode.CANCELLED, "the sender ended the push") from e
+
+
+def make_topology_api(
+    client: KazooClient,
+    reads: KazooClient,
+    config: NimbusConfig,
+    store: CodeStore,
+    storms: RecordCache[records.StormBase],
+    *,
+    current_writer: CurrentWriter,
+    on_divergent_server: OnDivergentServer,
+    receiver: PushReceiver,
+    zk_latency: Callable[[], float],
+) -> DaemonTopologyApi:
+    """The leader's duties behind the topology calls, as a replica wires them: writes on
+    the election session, reads on ``reads``, a divergent server left."""
+    submitter = Submitter(
+        client, config, store, current_writer=current_writer,
+        on_divergent_server=on_divergent_server, zk_latency=zk_latency,
+    )  # fmt: skip
+    storms.add_record_listener(submitter.learn)  # verdicts of topologies seen
+    lifecycle = Lifecycle(
+        client, config.paths, current_writer=current_writer,
+        on_divergent_server=on_divergent_server,
+    )  # fmt: skip
+    handover = Handover(
+        client, config.paths, config.replica_id, current_writer=current_writer,
+        new_term_wait=max(30.0, 3 * config.session_timeout),
+        on_divergent_server=on_divergent_server,
+    )  # fmt: skip
+    return DaemonTopologyApi(
+        reads, config.paths, store, submitter, lifecycle, receiver=receiver, handover=handover
+    )
