@@ -69,6 +69,15 @@ def lone_leader(spawn: Spawn) -> Replica:
     return replica
 
 
+@pytest.fixture
+def lone_client(spawn: Spawn, tmp_path: Path) -> Iterator[tuple[NimbusClient, Path]]:
+    """A client of a ``lone_leader``, and a valid package (tag ``wc``) to submit through it."""
+    replica = lone_leader(spawn)
+    path, _ = package(tmp_path, "wc")
+    with NimbusClient([replica.address]) as client:
+        yield client, path
+
+
 def package(tmp_path: Path, tag: str, size: int = 2000) -> tuple[Path, str]:
     """A valid package with random content; returns its path and SHA-256."""
     body = f"# {tag}\n".encode() + os.urandom(size)

@@ -150,20 +150,18 @@ def test_killing_the_leader_between_calls_loses_no_acknowledged_change(
 
 
 def test_a_retried_request_id_returns_the_first_outcome(
-    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+    lone_client: tuple[NimbusClient, Path], zk_client: KazooClient
 ) -> None:
-    replica = lone_leader(spawn)
-    path, _ = package(tmp_path, "wc")
-    with NimbusClient([replica.address]) as client:
-        first = submit(client, path, "wc", request_id="req-submit-1")
-        second = submit(client, path, "wc", request_id="req-submit-1")
-        assert second.topology_id == first.topology_id
-        assert len(zk_client.get_children(PATHS.storms)) == 1
-        kill = pb.KillTopologyRequest(name="wc", wait_s=60, client_request_id="req-kill-1")
-        assert client.call_leader("KillTopology", kill).status == records.KILLED
-        # Same id again: the first outcome, not "already killed" work done twice.
-        replay = client.call_leader("KillTopology", kill)
-        assert (replay.topology_id, replay.status) == (first.topology_id, records.KILLED)
+    client, path = lone_client
+    first = submit(client, path, "wc", request_id="req-submit-1")
+    second = submit(client, path, "wc", request_id="req-submit-1")
+    assert second.topology_id == first.topology_id
+    assert len(zk_client.get_children(PATHS.storms)) == 1
+    kill = pb.KillTopologyRequest(name="wc", wait_s=60, client_request_id="req-kill-1")
+    assert client.call_leader("KillTopology", kill).status == records.KILLED
+    # Same id again: the first outcome, not "already killed" work done twice.
+    replay = client.call_leader("KillTopology", kill)
+    assert (replay.topology_id, replay.status) == (first.topology_id, records.KILLED)
 
 
 def test_a_submit_in_flight_when_the_leader_dies_yields_exactly_one_topology(

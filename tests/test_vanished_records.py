@@ -19,7 +19,7 @@ from kazoo.exceptions import NoNodeError
 from cluster.api import pb, records
 from cluster.paths import Paths
 from nimbus.client import NimbusClient
-from tests.replica_fixtures import Spawn, lone_leader, package, submit
+from tests.replica_fixtures import submit
 
 PATHS = Paths("/storm")
 
@@ -65,49 +65,45 @@ def _undo(zk: KazooClient, zxid: int, before: dict[str, bytes]) -> list[str]:
 
 
 def test_a_retried_kill_stays_killed_when_its_first_transaction_vanishes(
-    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+    lone_client: tuple[NimbusClient, Path], zk_client: KazooClient
 ) -> None:
-    replica = lone_leader(spawn)
-    path, _ = package(tmp_path, "wc")
-    with NimbusClient([replica.address]) as client:
-        topology = submit(client, path, "wc").topology_id
-        before = _snapshot(zk_client)
-        kill = pb.KillTopologyRequest(name="wc", wait_s=600, client_request_id="req-kill-ghost")
-        first = client.call_leader("KillTopology", kill)
-        ghost = zk_client.exists(PATHS.request("req-kill-ghost"))
-        assert ghost is not None and first.status == records.KILLED
-        retry = client.call_leader("KillTopology", kill)  # answered from the record
-        assert (retry.topology_id, retry.status) == (topology, records.KILLED)
+    client, path = lone_client
+    topology = submit(client, path, "wc").topology_id
+    before = _snapshot(zk_client)
+    kill = pb.KillTopologyRequest(name="wc", wait_s=600, client_request_id="req-kill-ghost")
+    first = client.call_leader("KillTopology", kill)
+    ghost = zk_client.exists(PATHS.request("req-kill-ghost"))
+    assert ghost is not None and first.status == records.KILLED
+    retry = client.call_leader("KillTopology", kill)  # answered from the record
+    assert (retry.topology_id, retry.status) == (topology, records.KILLED)
 
-        undone = _undo(zk_client, ghost.czxid, before)
-        assert f"deleted {PATHS.request('req-kill-ghost')}" in undone
+    undone = _undo(zk_client, ghost.czxid, before)
+    assert f"deleted {PATHS.request('req-kill-ghost')}" in undone
 
-        base = records.StormBase.FromString(zk_client.get(PATHS.storm(topology))[0])
-        assert base.status == records.KILLED, f"the acknowledged kill was undone: {undone}"
-        again = client.call_leader("KillTopology", kill)
-        assert (again.topology_id, again.epoch) == (first.topology_id, first.epoch)
+    base = records.StormBase.FromString(zk_client.get(PATHS.storm(topology))[0])
+    assert base.status == records.KILLED, f"the acknowledged kill was undone: {undone}"
+    again = client.call_leader("KillTopology", kill)
+    assert (again.topology_id, again.epoch) == (first.topology_id, first.epoch)
 
 
 def test_a_retried_submit_keeps_its_one_topology_when_its_first_transaction_vanishes(
-    spawn: Spawn, tmp_path: Path, zk_client: KazooClient
+    lone_client: tuple[NimbusClient, Path], zk_client: KazooClient
 ) -> None:
-    replica = lone_leader(spawn)
-    path, _ = package(tmp_path, "wc")
-    with NimbusClient([replica.address]) as client:
-        before = _snapshot(zk_client)
-        first = submit(client, path, "wc", request_id="req-submit-ghost")
-        ghost = zk_client.exists(PATHS.request("req-submit-ghost"))
-        assert ghost is not None
-        retry = submit(client, path, "wc", request_id="req-submit-ghost")
-        assert retry.topology_id == first.topology_id
+    client, path = lone_client
+    before = _snapshot(zk_client)
+    first = submit(client, path, "wc", request_id="req-submit-ghost")
+    ghost = zk_client.exists(PATHS.request("req-submit-ghost"))
+    assert ghost is not None
+    retry = submit(client, path, "wc", request_id="req-submit-ghost")
+    assert retry.topology_id == first.topology_id
 
-        undone = _undo(zk_client, ghost.czxid, before)
-        assert f"deleted {PATHS.request('req-submit-ghost')}" in undone
+    undone = _undo(zk_client, ghost.czxid, before)
+    assert f"deleted {PATHS.request('req-submit-ghost')}" in undone
 
-        assert zk_client.get_children(PATHS.storms) == [first.topology_id], (
-            f"the acknowledged submit was undone: {undone}"
-        )
-        assert zk_client.get(PATHS.name("wc"))[0].decode() == first.topology_id
-        again = submit(client, path, "wc", request_id="req-submit-ghost")
-        assert (again.topology_id, again.epoch) == (first.topology_id, first.epoch)
-        assert zk_client.get_children(PATHS.storms) == [first.topology_id]
+    assert zk_client.get_children(PATHS.storms) == [first.topology_id], (
+        f"the acknowledged submit was undone: {undone}"
+    )
+    assert zk_client.get(PATHS.name("wc"))[0].decode() == first.topology_id
+    again = submit(client, path, "wc", request_id="req-submit-ghost")
+    assert (again.topology_id, again.epoch) == (first.topology_id, first.epoch)
+    assert zk_client.get_children(PATHS.storms) == [first.topology_id]
