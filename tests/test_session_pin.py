@@ -4,6 +4,9 @@ moves to another server, keeping its own session."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from kazoo.client import KazooClient, KazooState
 
 from cluster.server_move import ServerMover, current_server
@@ -13,15 +16,31 @@ from tests.test_server_move import attempts_logger
 from tests.waiting import wait_until
 
 
+@contextmanager
+def _pinned(
+    lead: KazooClient, bulk: KazooClient, *, quarantine: float
+) -> Iterator[tuple[SessionPin, ServerMover]]:
+    """``lead`` started, ``bulk`` pinned to its server and a mover of ``lead``; all of them
+    stopped after the block."""
+    lead.start(timeout=30)
+    pin = SessionPin(lead, bulk)
+    mover = ServerMover(lead, min_interval=60.0, quarantine=quarantine)
+    try:
+        yield pin, mover
+    finally:
+        pin.stop()
+        mover.stop()
+        for client in (bulk, lead):
+            client.stop()
+            client.close()
+
+
 def test_the_bulk_session_starts_on_and_follows_the_election_sessions_server(
     healthy_ensemble: ZooKeeperCluster,
 ) -> None:
     lead = KazooClient(hosts=healthy_ensemble.connect_string, timeout=10.0)
     bulk = KazooClient(hosts=healthy_ensemble.connect_string, timeout=10.0)
-    lead.start(timeout=30)
-    pin = SessionPin(lead, bulk)
-    mover = ServerMover(lead, min_interval=60.0, quarantine=30.0)
-    try:
+    with _pinned(lead, bulk, quarantine=30.0) as (pin, mover):
         first = pin.start()  # before the bulk session connects, as the daemon does
         assert first is not None
         bulk.start(timeout=30)
@@ -41,12 +60,6 @@ def test_the_bulk_session_starts_on_and_follows_the_election_sessions_server(
             message="the bulk session on the election session's new server",
         )
         assert bulk.client_id[0] == session, "the bulk session was kept"
-    finally:
-        pin.stop()
-        mover.stop()
-        for client in (bulk, lead):
-            client.stop()
-            client.close()
 
 
 def test_a_move_while_the_bulk_session_first_connects_is_followed(
@@ -67,10 +80,7 @@ def test_a_move_while_the_bulk_session_first_connects_is_followed(
     )
     logger, attempts = attempts_logger("bulk")
     bulk = KazooClient(hosts=healthy_ensemble.connect_string, timeout=10.0, logger=logger)
-    lead.start(timeout=30)
-    pin = SessionPin(lead, bulk)
-    mover = ServerMover(lead, min_interval=60.0, quarantine=60.0)
-    try:
+    with _pinned(lead, bulk, quarantine=60.0) as (pin, mover):
         assert pin.start() == f"127.0.0.1:{ports[old]}"
         healthy_ensemble.pause(old)
         bulk.start_async()
@@ -86,9 +96,3 @@ def test_a_move_while_the_bulk_session_first_connects_is_followed(
             message="the bulk session on the election session's new server",
         )
         assert attempts.connected == [ports[old], ports[new]], "it did land on the old one"
-    finally:
-        pin.stop()
-        mover.stop()
-        for client in (bulk, lead):
-            client.stop()
-            client.close()
