@@ -204,6 +204,10 @@ def test_page_follows_a_leader_kill_live_and_draws_terms_topology_and_zk_loss(
         assert status == 200
         assert cluster["leader"]["address"] == second.replica_id
         assert cluster["leader"]["epoch"] == second.epoch
+        # Who leads next (``nimbus handover`` without --to): the other survivor, queued.
+        follower = next(r.address for r in survivors if r.address != second.replica_id)
+        assert cluster["next_in_line"] == follower
+        expect(page.locator("#next-in-line")).to_have_text(follower, timeout=WAIT_MS)
         assert {(r["address"], r["is_leader"]) for r in cluster["replicas"]} == {
             (r.address, r.address == second.replica_id) for r in survivors
         }

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError, Message
 
 from cluster.api import records
 from cluster.paths import Paths, worker_name
-from leader.discovery import LeaderInfo
+from leader.discovery import LeaderInfo, lock_sequence
 from nimbus.server.ui.graph import GraphCache
 from nimbus.server.ui.holders import DEPTH as HOLDERS_DEPTH
 from nimbus.server.ui.holders import code_holders
@@ -33,6 +33,7 @@ ERRORS_SHOWN = 10
 def mirrored_folders(paths: Paths) -> list[str]:
     """The folders the UI mirrors besides what the daemon's own caches already watch."""
     return [
+        paths.leader_lock,  # the queue: who leads next
         paths.epochs,
         paths.supervisors,
         paths.assignments,
@@ -126,6 +127,7 @@ class ClusterView:
             "zookeeper": {"connected": s.connected()},
             "now_ms": now,
             "leader": self._leader(leader, now),
+            "next_in_line": self._next_in_line(leader),
             "replicas": self._replicas(leader, now),
             "epochs": terms(self._epochs(), leader, now),
             "topologies": self._topologies(storms, assignments, now),
@@ -141,6 +143,16 @@ class ClusterView:
             "since_ms": leader.since_ms,
             "term_s": _age_s(now, leader.since_ms),
         }
+
+    def _next_in_line(self, leader: LeaderInfo | None) -> str | None:
+        """The replica that leads next if the leader stops or hands over (``nimbus
+        handover`` without ``--to``): the first queued after the leader's lock node."""
+        queue = self._s.mirror.subtree(self._s.paths.leader_lock)
+        for name in sorted(queue, key=lock_sequence):
+            address = queue[name].decode(errors="replace")
+            if leader is None or address != leader.address:
+                return address
+        return None
 
     def _replicas(self, leader: LeaderInfo | None, now: int) -> list[Json]:
         rows = []

@@ -108,6 +108,10 @@ function leaderSection(c) {
       el("div", {}, el("div", { class: "muted" }, "leading since"),
         el("div", { id: "leader-since", class: "big" },
           leader ? `${clock(leader.since_ms)} (${duration(leader.term_s)})` : "–")),
+      el("div", {}, el("div", { class: "muted" }, "next in line"),
+        el("div", { id: "next-in-line", class: "big mono",
+          title: "leads next if the leader stops; nimbus handover hands over to it" },
+          c.next_in_line || "none")),
     ),
     leader ? null : el("p", { class: "error-text" }, "No replica leads right now."),
   );
