@@ -8,35 +8,22 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from cluster.ensemble_listing import check_servers_listed, ensemble_members
 from cluster.errors import ConfigError
 from devtools.zkserver import ZooKeeperCluster, free_ports
+from tests.zk_fixtures import kazoo_session
 
 REPO = Path(__file__).resolve().parent.parent
 NO_CHROOT = "ignore:No chroot path exists"  # kazoo's warning: the chroot is never used
 
 
-@contextmanager
-def connected(hosts: str) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=hosts, timeout=10.0)
-    client.start(timeout=30)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
-
-
 @pytest.mark.filterwarnings(NO_CHROOT)
 def test_the_ensemble_says_its_members(healthy_ensemble: ZooKeeperCluster) -> None:
-    with connected(healthy_ensemble.node_connect_string(0) + "/some/chroot") as client:
+    with kazoo_session(healthy_ensemble.node_connect_string(0) + "/some/chroot") as client:
         found = ensemble_members(client)  # its config node, read past the chroot
     assert found is not None and len(found) == 3
     assert all(line.startswith("server.") for line in found)
@@ -46,7 +33,7 @@ def test_one_address_for_an_ensemble_is_refused(healthy_ensemble: ZooKeeperClust
     """A load-balanced address: one address, a server of three behind it."""
     port = healthy_ensemble.client_ports[0]
     connect = f"127.0.0.1:{port}"
-    with connected(connect) as client, pytest.raises(ConfigError) as refused:
+    with kazoo_session(connect) as client, pytest.raises(ConfigError) as refused:
         check_servers_listed(client, connect)
     message = str(refused.value)
     assert f"names one address (127.0.0.1:{port}) for a ZooKeeper ensemble of 3" in message
@@ -60,13 +47,13 @@ def test_one_dns_name_for_an_ensemble_is_refused(healthy_ensemble: ZooKeeperClus
     """``localhost`` here stands for a name of the whole ensemble (``zk:2181``): a string
     of one name, with a chroot, which the membership read must see past."""
     connect = f"localhost:{healthy_ensemble.client_ports[1]}/nimbus"
-    with connected(connect) as client, pytest.raises(ConfigError, match="one by one"):
+    with kazoo_session(connect) as client, pytest.raises(ConfigError, match="one by one"):
         check_servers_listed(client, connect)
 
 
 def test_the_servers_listed_one_by_one_are_accepted(healthy_ensemble: ZooKeeperCluster) -> None:
     connect = healthy_ensemble.connect_string
-    with connected(connect) as client:
+    with kazoo_session(connect) as client:
         check_servers_listed(client, connect)
 
 
@@ -77,7 +64,7 @@ def test_a_single_server_is_accepted_whatever_its_name_resolves_to(
     connect = f"localhost:{port}"  # 127.0.0.1, and ::1 where the resolver says so
     addresses = {info[4][0] for info in socket.getaddrinfo("localhost", port)}
     assert "127.0.0.1" in addresses
-    with connected(connect) as client:
+    with kazoo_session(connect) as client:
         assert ensemble_members(client) == []
         check_servers_listed(client, connect)
 

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -27,17 +27,7 @@ from devtools.faultproxy import FaultProxy
 from devtools.zkserver import ZooKeeperCluster, find_java, free_ports, server_mode, srvr
 from tests.processes import REPO, python_child
 from tests.waiting import wait_until
-
-
-@contextmanager
-def kazoo(hosts: str, session_timeout: float = 2.0) -> Iterator[KazooClient]:
-    client = make_kazoo_client(hosts, session_timeout=session_timeout)
-    client.start(timeout=20)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
+from tests.zk_fixtures import kazoo_session
 
 
 def unique_path() -> str:
@@ -99,15 +89,15 @@ def test_ensemble_replicates_a_write_to_every_member(healthy_ensemble: ZooKeeper
     ens = healthy_ensemble
     assert sorted(ens.node_mode(i) or "" for i in range(3)) == ["follower", "follower", "leader"]
     path = unique_path()
-    with kazoo(ens.node_connect_string(0)) as writer:
+    with kazoo_session(ens.node_connect_string(0)) as writer:
         writer.create(path, b"replicated")
     try:
         for i in range(3):
-            with kazoo(ens.node_connect_string(i)) as reader:
+            with kazoo_session(ens.node_connect_string(i)) as reader:
                 reader.sync(path)
                 assert reader.get(path)[0] == b"replicated"
     finally:
-        with kazoo(ens.connect_string) as cleaner:
+        with kazoo_session(ens.connect_string) as cleaner:
             cleaner.delete(path)
 
 
@@ -118,7 +108,7 @@ def test_ensemble_keeps_writing_after_its_leader_is_killed(
     victim = ens.leader_index()
     assert victim is not None
     path = unique_path()
-    with kazoo(ens.connect_string) as client:
+    with kazoo_session(ens.connect_string) as client:
         ens.kill(victim)
         assert not ens.is_alive(victim)
         wait_until(lambda: create_landed(client, path, b"while-down"), timeout=30)
@@ -127,7 +117,7 @@ def test_ensemble_keeps_writing_after_its_leader_is_killed(
 
         ens.restart(victim)
         assert ens.node_mode(victim) in ("follower", "leader")
-        with kazoo(ens.node_connect_string(victim)) as reader:
+        with kazoo_session(ens.node_connect_string(victim)) as reader:
             reader.sync(path)
             assert reader.get(path)[0] == b"while-down", "the restarted node caught up"
         client.delete(path)
@@ -142,12 +132,12 @@ def test_ensemble_keeps_writing_while_a_member_is_paused(
     ens.pause(victim)
     try:
         assert server_mode(ens.client_ports[victim], timeout=0.5) is None, "paused: silent"
-        with kazoo(ens.connect_string) as client:
+        with kazoo_session(ens.connect_string) as client:
             wait_until(lambda: create_landed(client, path, b"while-paused"), timeout=30)
     finally:
         ens.resume(victim)
     wait_until(lambda: ens.node_mode(victim) == "follower", timeout=30)
-    with kazoo(ens.node_connect_string(victim)) as reader:
+    with kazoo_session(ens.node_connect_string(victim)) as reader:
         reader.sync(path)
         assert reader.get(path)[0] == b"while-paused"
         reader.delete(path)
@@ -205,7 +195,7 @@ def test_nimbus_zookeeper_serves_until_signalled(signum: signal.Signals) -> None
         assert next_line_with(lines, "connect string:", 60).split()[-1] == f"127.0.0.1:{port}"
         connect = next_line_with(lines, "ZOOKEEPER=", 5).partition("=")[2]
         assert connect == f"127.0.0.1:{port}"
-        with kazoo(connect) as client:
+        with kazoo_session(connect) as client:
             path = client.create(unique_path(), b"via the command")
             assert client.get(path)[0] == b"via the command"
         proc.send_signal(signum)

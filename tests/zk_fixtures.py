@@ -13,6 +13,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import NoReturn
 
@@ -133,14 +134,23 @@ def healthy_ensemble(zk_ensemble: ZooKeeperCluster) -> Iterator[ZooKeeperCluster
     zk_ensemble.heal()
 
 
+@contextmanager
+def kazoo_session(hosts: str, session_timeout: float = SESSION_TIMEOUT) -> Iterator[KazooClient]:
+    """A started ``make_kazoo_client`` on ``hosts``, stopped and closed after the block."""
+    client = make_kazoo_client(hosts, session_timeout=session_timeout)
+    client.start(timeout=30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def zk_admin(zk_server: ZooKeeperCluster) -> Iterator[KazooClient]:
     """A plain client on the server root, for fixtures' setup and cleanup only."""
-    client = make_kazoo_client(zk_server.connect_string, session_timeout=10.0)
-    client.start(timeout=30)
-    yield client
-    client.stop()
-    client.close()
+    with kazoo_session(zk_server.connect_string, session_timeout=10.0) as client:
+        yield client
 
 
 @pytest.fixture
@@ -168,8 +178,5 @@ def zk_hosts(
 @pytest.fixture
 def zk_client(zk_hosts: str) -> Iterator[KazooClient]:
     """A started client (2 s session) rooted at this test's chroot."""
-    client = make_kazoo_client(zk_hosts, session_timeout=SESSION_TIMEOUT)
-    client.start(timeout=30)
-    yield client
-    client.stop()
-    client.close()
+    with kazoo_session(zk_hosts) as client:
+        yield client
