@@ -35,6 +35,22 @@ def stop_process(
         return proc.wait()
 
 
+def nimbus_cli(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``nimbus ARGS...`` as a user runs it: its own process from the repository root, with
+    ``env`` over this one's; output captured as text, the exit code left to the caller."""
+    return subprocess.run(
+        [sys.executable, "-m", "nimbus.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+        check=False,
+    )
+
+
 @contextmanager
 def python_child(
     *args: str, stdin: bool = False, stderr: int | None = None

@@ -30,6 +30,7 @@ from nimbus.client import NimbusClient
 from nimbus.server.grpc_errors import ErrorInterceptor
 from nimbus.server.grpc_metrics import MetricsInterceptor
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import ROOT, Spawn, package, sync_flags
 from tests.waiting import wait_until
 
@@ -126,18 +127,6 @@ def test_zookeeper_lost_mid_call_is_unavailable_and_says_to_retry_with_the_reque
 # -- the CLI with default settings through real faults -------------------------------------
 
 
-def nimbus(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """One CLI call as a user makes it (its own process, default settings)."""
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def seeds_of(replicas: list[Replica]) -> str:
     return ",".join(r.address for r in replicas)
 
@@ -160,7 +149,7 @@ def leader_of(replicas: list[Replica]) -> Replica:
 
 
 def submit_cli(path: Path, name: str, seeds: str) -> subprocess.CompletedProcess[str]:
-    return nimbus("submit", str(path), "--name", name, "--seeds", seeds)
+    return nimbus_cli("submit", str(path), "--name", name, "--seeds", seeds)
 
 
 def with_topology(replicas: list[Replica], tmp_path: Path, name: str) -> tuple[str, Replica]:
@@ -178,7 +167,7 @@ def test_cli_calls_right_after_a_sigkill_of_the_leader_succeed(
     seeds, leader = with_topology(three, tmp_path, "a")
     leader.send(signal.SIGKILL)
     # At once, while no leader is in office: the calls must wait for the next one.
-    killed = nimbus("kill", "a", "--seeds", seeds, "--json")
+    killed = nimbus_cli("kill", "a", "--seeds", seeds, "--json")
     assert killed.returncode == 0, killed.stderr
     assert json.loads(killed.stdout)["status"] == "KILLED"
     other, _ = package(tmp_path, "b")
@@ -193,7 +182,7 @@ def test_a_submit_while_the_leader_is_frozen_succeeds(three: list[Replica], tmp_
     with leader.paused():
         submitted = submit_cli(path, "frozen", seeds)
     assert submitted.returncode == 0, submitted.stderr
-    listed = nimbus("list", "--seeds", seeds, "--json")
+    listed = nimbus_cli("list", "--seeds", seeds, "--json")
     assert listed.returncode == 0, listed.stderr
     names = [t["name"] for t in json.loads(listed.stdout)]
     assert names.count("frozen") == 1
@@ -247,7 +236,7 @@ def test_a_kill_whose_leader_loses_zookeeper_mid_call_lands_exactly_once(
 
 def test_the_cli_names_what_it_tried_when_no_replica_answers(tmp_path: Path) -> None:
     dead = [f"127.0.0.1:{p}" for p in (1, 9)]  # nothing listens there
-    done = nimbus("list", "--seeds", ",".join(dead), "--timeout", "2")
+    done = nimbus_cli("list", "--seeds", ",".join(dead), "--timeout", "2")
     assert done.returncode == 1
     assert "no leader answered within 2s" in done.stderr
     assert "127.0.0.1:1" in done.stderr and "raise --timeout" in done.stderr
@@ -264,7 +253,7 @@ def test_the_cli_names_what_it_tried_when_no_replica_answers(tmp_path: Path) -> 
 def test_every_verb_gives_up_at_its_timeout(verb: tuple[str, ...]) -> None:
     """``--timeout 2`` bounds a change's call too (it used to wait at least 10 s)."""
     dead = "127.0.0.1:1,127.0.0.1:9"  # nothing listens there
-    done = nimbus(*verb, "--seeds", dead, "--timeout", "2", timeout=8)
+    done = nimbus_cli(*verb, "--seeds", dead, "--timeout", "2", timeout=8)
     assert done.returncode == 1
     assert "within 2s" in done.stderr, done.stderr
 

@@ -34,7 +34,8 @@ from code_sync.store import CodeStore
 from devtools.netns import Cut
 from nimbus.server.security.interceptor import needs_token
 from tests.chaos.kernel_cluster import GRPC_PORT, KernelCluster
-from tests.cluster import REPO, free_port
+from tests.cluster import free_port
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn, package, sync_flags
 from tests.security_helpers import make_pki, write_secret
 from tests.waiting import wait_until
@@ -338,17 +339,6 @@ def _holds(code_dir: Path, digest: str) -> bool:
     return stored.is_file() and hashlib.sha256(stored.read_bytes()).hexdigest() == digest
 
 
-def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.mark.timeout(600)
 def test_a_submit_is_acknowledged_while_the_leaders_port_refuses_the_other_replicas(
     kernel_cluster: type[KernelCluster], tmp_path: Path
@@ -378,7 +368,9 @@ def test_a_submit_is_acknowledged_while_the_leaders_port_refuses_the_other_repli
 
         path, digest = package(tmp_path, "pushed")
         started = time.monotonic()
-        done = _cli("submit", str(path), "--name", "pushed", "--seeds", cluster.seeds)
+        done = nimbus_cli(
+            "submit", str(path), "--name", "pushed", "--seeds", cluster.seeds, timeout=180
+        )
         took = time.monotonic() - started
         print(f"acknowledged in {took:.1f}s: {done.stdout.strip()}")
         log = cluster.replicas[leader].log_path.read_text(errors="replace")
@@ -386,7 +378,7 @@ def test_a_submit_is_acknowledged_while_the_leaders_port_refuses_the_other_repli
         assert took < 20, f"acknowledged after {took:.1f}s: not within the replication wait"
         # Acknowledged by the leader of the cut, not by a new one after a failover.
         assert cluster.leader() == (leader, epoch)
-        described = _cli("describe", "pushed", "--json", "--seeds", cluster.seeds, timeout=60)
+        described = nimbus_cli("describe", "pushed", "--json", "--seeds", cluster.seeds, timeout=60)
         assert described.returncode == 0, described.stderr
         view = json.loads(described.stdout)
         assert view["status"] == "ACTIVE"

@@ -18,6 +18,7 @@ from code_sync.package import make_package
 from nimbus.client import NimbusCallError, NimbusClient
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn, holds, lone_leader, package, submit, sync_flags
 from tests.root_fixtures import Mount
 from tests.waiting import wait_until
@@ -225,32 +226,28 @@ def test_the_cli_submits_with_progress_lines_and_describes_as_json(
     replica = lone_leader(spawn)
     path, digest = package(tmp_path, "cli", size=300_000)
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "nimbus.cli", *args],
-            capture_output=True, text=True, cwd=REPO, timeout=120,
-        )  # fmt: skip
-
-    done = cli("submit", str(path), "--name", "cli", "--seeds", replica.address)
+    done = nimbus_cli("submit", str(path), "--name", "cli", "--seeds", replica.address)
     assert done.returncode == 0, done.stderr
     assert "uploaded" in done.stderr and "(100%)" in done.stderr  # plain lines, not a tty
     assert "submitted cli-" in done.stdout
-    shown = cli("describe", "cli", "--seeds", replica.address, "--json")
+    shown = nimbus_cli("describe", "cli", "--seeds", replica.address, "--json")
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     assert view["name"] == "cli" and view["status"] == "ACTIVE" and view["digest"] == digest
     assert view["id"].startswith("cli-") and view["epoch"] >= 1
     assert view["code_replicas"] == [replica.address]
-    missing = cli("describe", "nope", "--seeds", replica.address, "--json")
+    missing = nimbus_cli("describe", "nope", "--seeds", replica.address, "--json")
     assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
-    bad = cli("submit", str(tmp_path / "absent.zip"), "--name", "x", "--seeds", replica.address)
+    bad = nimbus_cli(
+        "submit", str(tmp_path / "absent.zip"), "--name", "x", "--seeds", replica.address
+    )
     assert bad.returncode == 2 and "cannot read" in bad.stderr
     folder = tmp_path / "as-folder"
     folder.mkdir()
     (folder / "topology.py").write_bytes(MINIMAL_TOPOLOGY)
     (folder / "__pycache__").mkdir()
     (folder / "__pycache__" / "topology.cpython-311.pyc").write_bytes(b"\0")
-    done = cli("submit", str(folder), "--name", "folder", "--seeds", replica.address)
+    done = nimbus_cli("submit", str(folder), "--name", "folder", "--seeds", replica.address)
     assert done.returncode == 0, done.stderr  # a folder is packaged, as pipeline.check takes it
     assert "submitted folder-" in done.stdout
     verdict = subprocess.run(

@@ -42,13 +42,12 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
-from tests.processes import stop_process
+from tests.processes import nimbus_cli, stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 from tests.supervisors import Command
 from tests.test_workers import (
     add_input,
     alive,
-    cli,
     corpus,
     counted,
     output_counts,
@@ -222,9 +221,11 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
         wait_for_agreed_leader([replica], timeout=30)
         wait_until(lambda: zk_client.exists(PATHS.supervisor("sup-a")), timeout=30)
         feed(0)
-        submitted = cli("submit", str(package), "--name", "wordcount", "--seeds", replica.address)
+        submitted = nimbus_cli(
+            "submit", str(package), "--name", "wordcount", "--seeds", replica.address
+        )
         assert submitted.returncode == 0, submitted.stderr
-        described = cli("describe", "wordcount", "--seeds", replica.address, "--json")
+        described = nimbus_cli("describe", "wordcount", "--seeds", replica.address, "--json")
         tid = json.loads(described.stdout)["id"]
         history.watch(zk_client, tid)
         counts_exact("the first part counted")
@@ -283,13 +284,13 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
         counts_exact("the last part counted after the cut")
 
         # 5. Deactivated: the query stops, the claim stays; activated: it resumes.
-        done = cli("deactivate", "wordcount", "--seeds", replica.address)
+        done = nimbus_cli("deactivate", "wordcount", "--seeds", replica.address)
         assert done.returncode == 0, done.stderr
         paused = wait_until(
             lambda: log_lines(worker_log(b, tid), w4, "deactivated, query stopped"), timeout=240
         )[0]
         feed(5)
-        done = cli("activate", "wordcount", "--seeds", replica.address)
+        done = nimbus_cli("activate", "wordcount", "--seeds", replica.address)
         assert done.returncode == 0, done.stderr
         counts_exact("input added while inactive counted once activated")
         restarted = [t for t in log_lines(worker_log(b, tid), w4, "query started") if t > paused]

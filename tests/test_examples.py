@@ -22,9 +22,10 @@ from pipeline.progress import Progress
 from pipeline.runner import run
 from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
-from tests.test_workers import add_input, cli
+from tests.test_workers import add_input
 from tests.waiting import wait_until
 
 EXAMPLES = REPO / "examples"
@@ -102,7 +103,7 @@ def test_rolling_top_words_through_nimbus_survives_a_worker_sigkill(
         spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
     ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
-        done = cli(
+        done = nimbus_cli(
             "submit",
             str(package),
             "--name",
@@ -215,7 +216,7 @@ def test_single_join_through_nimbus_survives_a_worker_sigkill(
     ) as replica:
         seeds = replica.address
         config = json.dumps({**{k: str(v) for k, v in inputs.items()}, "output": str(out)})
-        done = cli(
+        done = nimbus_cli(
             "submit", str(package), "--name", "join", "--config-json", config, "--seeds", seeds
         )
         assert done.returncode == 0, done.stderr
@@ -273,7 +274,7 @@ def test_an_example_through_nimbus_submit_equals_its_oracle(
         spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
     ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
-        done = cli(
+        done = nimbus_cli(
             "submit", str(package), "--name", example, "--config-json", config,
             "--seeds", replica.address,
         )  # fmt: skip
@@ -305,7 +306,7 @@ def test_stateful_count_through_nimbus_survives_a_worker_sigkill(
         spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
     ) as replica:
         config = json.dumps({"input": str(inbox), "output": str(out)})
-        done = cli(
+        done = nimbus_cli(
             "submit", str(package), "--name", "count", "--config-json", config,
             "--seeds", replica.address,
         )  # fmt: skip

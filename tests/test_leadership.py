@@ -19,6 +19,7 @@ from leader.settings import ElectorCallbacks, ElectorSettings
 from nimbus.call_metadata import LEADER_METADATA_KEY
 from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import Replica, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.waiting import wait_until
 
 ROOT = "/storm"
@@ -295,34 +296,26 @@ def test_only_a_replica_holding_every_topologys_code_leads(
 
 def test_the_cli_prints_the_leader_and_the_replicas_as_json(spawn: object) -> None:
     import json
-    import subprocess
-    import sys
-
-    from tests.cluster import REPO
 
     replicas = [spawn() for _ in range(2)]  # type: ignore[operator]
     leader = wait_for_agreed_leader(replicas, timeout=30)
     seeds = ",".join(r.address for r in replicas)
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "nimbus.cli", *args],
-            capture_output=True, text=True, cwd=REPO, timeout=60,
-        )  # fmt: skip
-
-    shown = cli("leader", "--seeds", seeds, "--json")
+    shown = nimbus_cli("leader", "--seeds", seeds, "--json")
     assert shown.returncode == 0, shown.stderr
     printed = json.loads(shown.stdout)
     assert (printed["address"], printed["epoch"]) == (leader.replica_id, leader.epoch)
-    wait_until(lambda: len(json.loads(cli("nimbuses", "--seeds", seeds, "--json").stdout)) == 2)
-    listed = json.loads(cli("nimbuses", "--seeds", seeds, "--json").stdout)
+    wait_until(
+        lambda: len(json.loads(nimbus_cli("nimbuses", "--seeds", seeds, "--json").stdout)) == 2
+    )
+    listed = json.loads(nimbus_cli("nimbuses", "--seeds", seeds, "--json").stdout)
     assert {(n["address"], n["is_leader"]) for n in listed} == {
         (r.address, r.address == leader.replica_id) for r in replicas
     }
     assert all(n["epoch"] == leader.epoch for n in listed if n["is_leader"])
     for r in replicas:
         r.stop(signal.SIGKILL)
-    missing = cli("leader", "--seeds", seeds, "--json", "--timeout", "2")
+    missing = nimbus_cli("leader", "--seeds", seeds, "--json", "--timeout", "2")
     assert missing.returncode != 0
     assert len(missing.stderr.strip().splitlines()) == 1
     assert "no leader" in missing.stderr

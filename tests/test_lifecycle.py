@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from cluster.paths import Paths
 from devtools.zkserver import free_ports
 from nimbus.client import NimbusCallError, NimbusClient
 from tests.cluster import REPO, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn, lone_leader, package, submit
 from tests.supervisors import Command
 from tests.waiting import wait_until
@@ -26,15 +26,8 @@ from tests.waiting import wait_until
 PATHS = Paths("/storm")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
-
-
 def ok_json(*args: str) -> Any:
-    done = cli(*args, "--json")
+    done = nimbus_cli(*args, "--json")
     assert done.returncode == 0, f"{args}: {done.stderr}"
     return json.loads(done.stdout)
 
@@ -53,10 +46,10 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
     try:
         addresses = [f"127.0.0.1:{base + i}" for i in (1, 2, 3)]
         seeds = ",".join(addresses)
-        wait_until(lambda: cli("leader", "--seeds", seeds, "--timeout", "2").returncode == 0,
+        wait_until(lambda: nimbus_cli("leader", "--seeds", seeds, "--timeout", "2").returncode == 0,
                    timeout=60)  # fmt: skip
         path, _ = package(tmp_path, "wc")
-        done = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+        done = nimbus_cli("submit", str(path), "--name", "wc", "--seeds", seeds)
         assert done.returncode == 0, done.stderr
         listed = ok_json("list", "--seeds", seeds)
         assert [(t["name"], t["status"]) for t in listed] == [("wc", "ACTIVE")]
@@ -90,16 +83,16 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
             assert reply["status"] == expected
             assert everywhere() == {expected}
         wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
-        more = cli("rebalance", "wc", "--workers", "3", "--seeds", seeds)
+        more = nimbus_cli("rebalance", "wc", "--workers", "3", "--seeds", seeds)
         assert more.returncode == 0, more.stderr
         assert "its other 2 worker slot(s) stay idle" in more.stderr, "extra workers are explained"
         wait_until(lambda: everywhere() == {"ACTIVE"}, timeout=30)
-        unknown = cli("rebalance", "wc", "--parallelism", "nosuch=3", "--seeds", seeds)
+        unknown = nimbus_cli("rebalance", "wc", "--parallelism", "nosuch=3", "--seeds", seeds)
         assert unknown.returncode == 1 and "INVALID_ARGUMENT" in unknown.stderr
         assert "no component 'nosuch'" in unknown.stderr
         shown = ok_json("describe", "wc", "--seeds", seeds)
         assert shown["num_workers"] == 3
-        plain = cli("describe", "wc", "--seeds", seeds).stdout
+        plain = nimbus_cli("describe", "wc", "--seeds", seeds).stdout
         assert "component_parallelism: {" in plain and "{'" not in plain, "JSON, not reprs"
         wait_until(
             lambda: len(ok_json("describe", "wc", "--seeds", seeds)["workers"]) == 3,
@@ -108,9 +101,9 @@ def test_the_whole_lifecycle_through_the_cli_on_a_dev_cluster_is_seen_by_every_r
         killed = ok_json("kill", "wc", "--wait", "1", "--seeds", seeds)
         assert killed["status"] == "KILLED"
         wait_until(lambda: ok_json("list", "--seeds", seeds) == [], timeout=20)
-        gone = cli("describe", "wc", "--seeds", seeds)
+        gone = nimbus_cli("describe", "wc", "--seeds", seeds)
         assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
-        again = cli("submit", str(path), "--name", "wc", "--seeds", seeds)
+        again = nimbus_cli("submit", str(path), "--name", "wc", "--seeds", seeds)
         assert again.returncode == 0, "the name is free again after removal: " + again.stderr
         for channel in channels:
             channel.close()

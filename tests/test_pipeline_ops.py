@@ -22,9 +22,10 @@ from code_sync.package import make_package
 from pipeline.lineage import sink_checkpoint
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
-from tests.test_workers import add_input, cli
+from tests.test_workers import add_input
 from tests.waiting import wait_until
 
 TOPOLOGY = b"""
@@ -70,14 +71,14 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
     ) as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
-        done = cli(
+        done = nimbus_cli(
             "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
         )
         assert done.returncode == 0, done.stderr
 
         def metrics(**want: int) -> dict[str, Any] | None:
             view: dict[str, Any] = json.loads(
-                cli("describe", "rows", "--seeds", seeds, "--json").stdout
+                nimbus_cli("describe", "rows", "--seeds", seeds, "--json").stdout
             )
             m = view["metrics"]
             parse, count = m.get("parse", {}), m.get("count", {})
@@ -99,10 +100,10 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
         assert view["metrics"]["out"]["rows"] == len(expected)
         assert not view["failing"] and view["last_error"] == "", "a skipped row is not a failure"
 
-        unknown = cli("rebalance", "rows", "--parallelism", "nosuch=3", "--seeds", seeds)
+        unknown = nimbus_cli("rebalance", "rows", "--parallelism", "nosuch=3", "--seeds", seeds)
         assert unknown.returncode != 0 and "nosuch" in unknown.stderr
 
-        done = cli("rebalance", "rows", "--parallelism", "count=4", "--seeds", seeds)
+        done = nimbus_cli("rebalance", "rows", "--parallelism", "count=4", "--seeds", seeds)
         assert done.returncode == 0, done.stderr
         add_input(inbox, "part-2.txt", second)
         expected.update(line.split(",")[0] for line in second)

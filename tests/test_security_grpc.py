@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -22,7 +19,8 @@ from cluster.security.tokens import TokenSet, bearer, load_client_token, parse_t
 from nimbus.cli import main
 from nimbus.client import NimbusCallError, NimbusClient
 from nimbus.server.security.interceptor import needs_token
-from tests.cluster import REPO, Replica
+from tests.cluster import Replica
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn, holds, package, submit, sync_flags
 from tests.security_helpers import Pki, make_pki, write_secret
 from tests.waiting import wait_until
@@ -64,17 +62,6 @@ def wait_leading(replicas: list[Replica], security: ClientSecurity) -> None:
     wait_until(ready, 30, message="a leader over TLS")
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def test_with_tls_and_tokens_only_the_right_token_changes_anything(
     spawn: Spawn, tmp_path: Path
 ) -> None:
@@ -113,14 +100,14 @@ def test_with_tls_and_tokens_only_the_right_token_changes_anything(
 
     # The CLI with the right options works; without the token it is refused and says so.
     common = ("--seeds", replica.address, "--tls", "true", "--tls-ca", str(pki.ca))
-    done = cli("submit", str(path), "--name", "wc", *common, "--token-file", str(mine))
+    done = nimbus_cli("submit", str(path), "--name", "wc", *common, "--token-file", str(mine))
     assert done.returncode == 0, done.stderr
     assert holds(replica, digest)
-    refused_kill = cli("kill", "wc", *common)
+    refused_kill = nimbus_cli("kill", "wc", *common)
     assert refused_kill.returncode == 1
     assert "UNAUTHENTICATED" in refused_kill.stderr
     # A second accepted token (rotation) works too, from the environment.
-    ok = cli("deactivate", "wc", *common, "--json", env={"NIMBUS_TOKEN": OTHER_TOKEN})
+    ok = nimbus_cli("deactivate", "wc", *common, "--json", env={"NIMBUS_TOKEN": OTHER_TOKEN})
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["status"] == "INACTIVE"
     with NimbusClient([replica.address], security=anonymous) as client:
@@ -195,7 +182,7 @@ def test_bad_security_settings_are_named(
     assert needs_token("/storm.nimbus.v1.Nimbus/GetTopology", auth_reads=True)
     assert not needs_token("/grpc.health.v1.Health/Check", auth_reads=True)
     # serve refuses before touching anything, naming the flag
-    result = cli(
+    result = nimbus_cli(
         "serve", "--zookeeper", "127.0.0.1:1", "--listen", "127.0.0.1:0",
         "--advertise", "127.0.0.1:1", "--auth-reads", "true",
     )  # fmt: skip

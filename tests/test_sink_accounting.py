@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from pipeline.sinks import read_batches
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import (
     add_input,
     alive,
-    cli,
     corpus,
     counted,
     output_counts,
@@ -37,13 +37,13 @@ class Setup:
     log: Path
 
     def describe(self, name: str) -> dict[str, Any]:
-        done = cli("describe", name, "--seeds", self.seeds, "--json")
+        done = nimbus_cli("describe", name, "--seeds", self.seeds, "--json")
         assert done.returncode == 0, done.stderr
         view: dict[str, Any] = json.loads(done.stdout)
         return view
 
     def listed(self) -> list[dict[str, Any]]:
-        done = cli("list", "--seeds", self.seeds, "--json")
+        done = nimbus_cli("list", "--seeds", self.seeds, "--json")
         assert done.returncode == 0, done.stderr
         rows: list[dict[str, Any]] = json.loads(done.stdout)
         return rows
@@ -55,7 +55,7 @@ class Setup:
         inbox.mkdir()
         add_input(inbox, "part-1.txt", lines)
         package = wordcount_package(tmp, inbox, out)
-        done = cli("submit", str(package), "--name", name, "--seeds", self.seeds)
+        done = nimbus_cli("submit", str(package), "--name", name, "--seeds", self.seeds)
         assert done.returncode == 0, done.stderr
         wait_until(lambda: output_counts(out) == counted(lines), timeout=240, interval=0.5,
                    message=f"{name}'s output exact")  # fmt: skip
@@ -116,10 +116,10 @@ def test_kill_wait_drains_then_a_resubmit_takes_the_folder_without_failing(
     _, out, package = setup.counting("wc-a", tmp_path, lines)
     (worker_a,) = setup.worker_pids().values()
 
-    killed = cli("kill", "wc-a", "--wait", "10", "--seeds", setup.seeds)
+    killed = nimbus_cli("kill", "wc-a", "--wait", "10", "--seeds", setup.seeds)
     killed_at = time.monotonic()
     assert killed.returncode == 0, killed.stderr
-    resubmitted = cli("submit", str(package), "--name", "wc-b", "--seeds", setup.seeds)
+    resubmitted = nimbus_cli("submit", str(package), "--name", "wc-b", "--seeds", setup.seeds)
     assert resubmitted.returncode == 0, resubmitted.stderr
 
     def deactivated() -> bool:

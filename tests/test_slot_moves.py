@@ -26,9 +26,10 @@ import pytest
 from code_sync.package import make_package
 from devtools.zkserver import free_ports
 from tests.cluster import REPO
+from tests.processes import nimbus_cli
 from tests.supervisors import Command
 from tests.test_examples import EXAMPLES, _oracle, joined_rows, window_rankings
-from tests.test_workers import add_input, cli
+from tests.test_workers import add_input
 from tests.waiting import wait_until
 
 MOVE_TIMEOUT = 120.0  # the bound: exact output within 2 minutes of the move
@@ -73,7 +74,7 @@ class DevCluster:
         self.extra: list[subprocess.Popen[bytes]] = []
 
     def describe(self, name: str) -> dict[str, Any]:
-        done = cli("describe", name, "--seeds", self.seeds, "--json")
+        done = nimbus_cli("describe", name, "--seeds", self.seeds, "--json")
         assert done.returncode == 0, done.stderr
         view: dict[str, Any] = json.loads(done.stdout)
         return view
@@ -181,7 +182,7 @@ def test_windows_and_a_join_stay_exact_when_their_supervisor_dies(
         ):
             code = {"topology.py": (EXAMPLES / example / "topology.py").read_bytes()}
             package = make_package(code, tmp_path / f"{name}.zip")
-            done = cli(
+            done = nimbus_cli(
                 "submit", str(package), "--name", name, "--config-json", json.dumps(config),
                 "--seeds", cluster.seeds,
             )  # fmt: skip

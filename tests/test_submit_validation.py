@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from cluster.paths import Paths
 from code_sync.package import make_package
 from pipeline.samples import MINIMAL_TOPOLOGY
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 
 PATHS = Paths(ROOT)
@@ -110,13 +109,6 @@ BROKEN = {
 }
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def leader(spawn: Spawn) -> Replica:
     replica = spawn(
@@ -137,7 +129,7 @@ def test_broken_and_hostile_topologies_are_refused_and_the_leader_keeps_serving(
 ) -> None:
     for name, (source, words) in BROKEN.items():
         package = make_package({"topology.py": source}, tmp_path / f"{name}.zip")
-        refused = cli("submit", str(package), "--name", name, "--seeds", leader.address)
+        refused = nimbus_cli("submit", str(package), "--name", name, "--seeds", leader.address)
         assert refused.returncode != 0, f"{name} was accepted"
         for word in words:
             assert word in refused.stderr, f"{name}: {word!r} not in {refused.stderr!r}"
@@ -151,9 +143,9 @@ def test_broken_and_hostile_topologies_are_refused_and_the_leader_keeps_serving(
 
     # A valid topology is still accepted, and its graph is recorded for describe.
     good = make_package({"topology.py": MINIMAL_TOPOLOGY}, tmp_path / "good.zip")
-    accepted = cli("submit", str(good), "--name", "good", "--seeds", leader.address)
+    accepted = nimbus_cli("submit", str(good), "--name", "good", "--seeds", leader.address)
     assert accepted.returncode == 0, accepted.stderr
-    shown = json.loads(cli("describe", "good", "--seeds", leader.address, "--json").stdout)
+    shown = json.loads(nimbus_cli("describe", "good", "--seeds", leader.address, "--json").stdout)
     assert shown["component_parallelism"] == {"ticks": 1, "print": 1}
 
 
@@ -163,16 +155,16 @@ def test_the_submitted_config_reaches_build_and_changes_the_pipeline(
     """``--config-json`` is what ``build(config)`` gets: the word-count example reads its
     parallelism from it, and the recorded graph shows it; without it, the default holds."""
     example = REPO / "examples" / "wordcount"
-    given = cli(
+    given = nimbus_cli(
         "submit", str(example), "--name", "wide", "--config-json", '{"parallelism": 3}',
         "--seeds", leader.address,
     )  # fmt: skip
     assert given.returncode == 0, given.stderr
-    plain = cli("submit", str(example), "--name", "plain", "--seeds", leader.address)
+    plain = nimbus_cli("submit", str(example), "--name", "plain", "--seeds", leader.address)
     assert plain.returncode == 0, plain.stderr
 
     def shown(name: str) -> dict[str, int]:
-        described = cli("describe", name, "--seeds", leader.address, "--json")
+        described = nimbus_cli("describe", name, "--seeds", leader.address, "--json")
         assert described.returncode == 0, described.stderr
         parallelism: dict[str, int] = json.loads(described.stdout)["component_parallelism"]
         return parallelism
@@ -209,7 +201,7 @@ def test_a_new_leader_trusts_the_check_a_former_leader_recorded(
     seeds = ",".join(r.address for r in replicas)
 
     def submitted(name: str) -> None:
-        done = cli("submit", str(package), "--name", name, "--config-json", config,
+        done = nimbus_cli("submit", str(package), "--name", name, "--config-json", config,
                    "--seeds", seeds)  # fmt: skip
         assert done.returncode == 0, done.stderr
 
@@ -219,13 +211,13 @@ def test_a_new_leader_trusts_the_check_a_former_leader_recorded(
     old.stop(signal.SIGKILL)
     survivors = [r for r in replicas if r is not old]
     wait_for_agreed_leader(survivors, timeout=60, newer_than=first.epoch)
-    other = cli("submit", str(package), "--name", "again", "--config-json", config,
+    other = nimbus_cli("submit", str(package), "--name", "again", "--config-json", config,
                 "--seeds", seeds)  # fmt: skip
     assert other.returncode == 0, other.stderr
     assert runs.read_text() == "built\n", "the new leader ran the check again"
     # A different config is a different topology: checked.
     changed = json.dumps({"runs": str(runs), "other": 1})
-    third = cli("submit", str(package), "--name", "third", "--config-json", changed,
+    third = nimbus_cli("submit", str(package), "--name", "third", "--config-json", changed,
                 "--seeds", seeds)  # fmt: skip
     assert third.returncode == 0, third.stderr
     assert runs.read_text() == "built\nbuilt\n"

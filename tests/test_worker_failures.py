@@ -19,9 +19,10 @@ import pytest
 
 from code_sync.package import make_package
 from tests.cluster import free_port
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
-from tests.test_workers import add_input, cli
+from tests.test_workers import add_input
 from tests.waiting import wait_until
 
 FAILING_TOPOLOGY = b"""
@@ -69,14 +70,14 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
     ) as replica:
         seeds = replica.address
         config = json.dumps({"input": str(inbox), "output": str(out)})
-        submitted = cli(
+        submitted = nimbus_cli(
             "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
         )
         assert submitted.returncode == 0, submitted.stderr
         submitted_at = time.monotonic()
 
         def described() -> dict[str, Any] | None:
-            done = cli("describe", "rows", "--seeds", seeds, "--json")
+            done = nimbus_cli("describe", "rows", "--seeds", seeds, "--json")
             view: dict[str, Any] = json.loads(done.stdout)
             return view if view["failing"] else None
 
@@ -94,7 +95,7 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
 
         wait_until(
             lambda: (
-                json.loads(cli("describe", "rows", "--seeds", seeds, "--json").stdout)[
+                json.loads(nimbus_cli("describe", "rows", "--seeds", seeds, "--json").stdout)[
                     "worker_restarts"
                 ]
                 >= 1
@@ -107,9 +108,9 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
         logged = wait_until(
             lambda: [
                 e
-                for e in json.loads(cli("describe", "rows", "--seeds", seeds, "--json").stdout)[
-                    "errors"
-                ]
+                for e in json.loads(
+                    nimbus_cli("describe", "rows", "--seeds", seeds, "--json").stdout
+                )["errors"]
                 if e["component"] == "worker" and "short row" in e["message"]
             ],
             timeout=60,
@@ -117,9 +118,9 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
         )
         assert logged
 
-        (row,) = json.loads(cli("list", "--seeds", seeds, "--json").stdout)
+        (row,) = json.loads(nimbus_cli("list", "--seeds", seeds, "--json").stdout)
         assert row["failing"] and "short row" in row["last_error"]
-        listed = cli("list", "--seeds", seeds)
+        listed = nimbus_cli("list", "--seeds", seeds)
         assert "(failing)" in listed.stdout and "short row" in listed.stdout
 
         page = wait_until(

@@ -6,14 +6,13 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from code_sync.package import make_package
 from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
+from tests.processes import nimbus_cli
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.scrape import metric
 from tests.supervisors import Command, start_supervisor, stop_supervisor
@@ -21,13 +20,6 @@ from tests.waiting import wait_until
 
 EXAMPLE = REPO / "examples" / "wordcount"
 VOCABULARY = ["storm", "spout", "bolt", "nimbus", "tuple", "stream", "spark", "worker", "slot"]
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nimbus.cli", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
 
 
 def wordcount_package(tmp_path: Path, inbox: Path, out: Path) -> Path:
@@ -94,7 +86,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
     try:
         wait_for_agreed_leader([replica], timeout=30)
         seeds = replica.address
-        submitted = cli("submit", str(package), "--name", "wordcount", "--seeds", seeds)
+        submitted = nimbus_cli("submit", str(package), "--name", "wordcount", "--seeds", seeds)
         assert submitted.returncode == 0, submitted.stderr
 
         def worker_pid() -> int | None:
@@ -102,7 +94,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
             return int(pid_files[0].read_text()) if pid_files else None
 
         def worker_states() -> list[str]:
-            shown = cli("describe", "wordcount", "--seeds", seeds, "--json")
+            shown = nimbus_cli("describe", "wordcount", "--seeds", seeds, "--json")
             return [w["state"] for w in json.loads(shown.stdout)["workers"]]
 
         def counted_exactly(texts: list[str], restarts: int, message: str) -> None:
@@ -136,7 +128,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
         everything = first + second + third
         counted_exactly(everything, 1, "all input counted exactly once after the restart")
 
-        stopped = cli("kill", "wordcount", "--seeds", seeds, "--wait", "0")
+        stopped = nimbus_cli("kill", "wordcount", "--seeds", seeds, "--wait", "0")
         assert stopped.returncode == 0, stopped.stderr
         wait_until(lambda: not alive(restarted), timeout=60, message="the worker to exit")
         # The supervisor logs the exit just after reaping the process: wait for the line.

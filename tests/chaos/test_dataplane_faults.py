@@ -21,11 +21,11 @@ import pytest
 from cluster.paths import Paths
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import FAULTS
+from tests.processes import nimbus_cli
 from tests.supervisors import Command
 from tests.test_dataplane_processes import ClaimHistory, Supervisor
 from tests.test_workers import (
     add_input,
-    cli,
     corpus,
     counted,
     output_counts,
@@ -75,9 +75,11 @@ def test_a_running_pipeline_rides_through_leader_faults_with_exact_counts(
         sup.start()
         wait_until(lambda: admin.exists(PATHS.supervisor("sup-a")), timeout=60)
         feed(0)
-        submitted = cli("submit", str(package), "--name", "wordcount", "--seeds", cluster.seeds)
+        submitted = nimbus_cli(
+            "submit", str(package), "--name", "wordcount", "--seeds", cluster.seeds
+        )
         assert submitted.returncode == 0, submitted.stderr
-        described = cli("describe", "wordcount", "--seeds", cluster.seeds, "--json")
+        described = nimbus_cli("describe", "wordcount", "--seeds", cluster.seeds, "--json")
         assert described.returncode == 0, described.stderr
         tid = json.loads(described.stdout)["id"]
         history.watch(admin, tid)
