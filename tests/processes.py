@@ -7,6 +7,7 @@ zombie or a live child behind for the next one.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,6 +50,22 @@ def nimbus_cli(
         env=None if env is None else {**os.environ, **env},
         check=False,
     )
+
+
+def cli_submit(package: Path, name: str, seeds: str, config_json: str | None = None) -> None:
+    """``nimbus submit`` of ``package`` as ``name`` (with ``--config-json`` when given); fails
+    the test with the CLI's stderr when it is refused."""
+    config = () if config_json is None else ("--config-json", config_json)
+    done = nimbus_cli("submit", str(package), "--name", name, *config, "--seeds", seeds)
+    assert done.returncode == 0, done.stderr
+
+
+def cli_topology_id(name: str, seeds: str) -> str:
+    """The id of the topology named ``name``, as ``nimbus describe --json`` gives it."""
+    described = nimbus_cli("describe", name, "--seeds", seeds, "--json")
+    assert described.returncode == 0, described.stderr
+    topology_id: str = json.loads(described.stdout)["id"]
+    return topology_id
 
 
 @contextmanager

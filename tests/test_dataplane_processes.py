@@ -42,17 +42,10 @@ from cluster.paths import Paths
 from devtools.faultproxy import FaultProxy
 from pipeline.adopt import RECORD
 from tests.cluster import REPO, wait_for_agreed_leader
-from tests.processes import nimbus_cli, stop_process
+from tests.processes import cli_submit, cli_topology_id, nimbus_cli, stop_process
 from tests.replica_fixtures import ROOT, Spawn, sync_flags
 from tests.supervisors import Command
-from tests.test_workers import (
-    add_input,
-    alive,
-    corpus,
-    counted,
-    output_counts,
-    wordcount_package,
-)
+from tests.test_workers import add_input, alive, corpus, counted, output_counts, wordcount_package
 from tests.waiting import wait_until
 
 PATHS = Paths(ROOT)
@@ -221,12 +214,8 @@ def test_workers_of_a_moved_slot_never_overlap_and_counts_stay_exact(
         wait_for_agreed_leader([replica], timeout=30)
         wait_until(lambda: zk_client.exists(PATHS.supervisor("sup-a")), timeout=30)
         feed(0)
-        submitted = nimbus_cli(
-            "submit", str(package), "--name", "wordcount", "--seeds", replica.address
-        )
-        assert submitted.returncode == 0, submitted.stderr
-        described = nimbus_cli("describe", "wordcount", "--seeds", replica.address, "--json")
-        tid = json.loads(described.stdout)["id"]
+        cli_submit(package, "wordcount", replica.address)
+        tid = cli_topology_id("wordcount", replica.address)
         history.watch(zk_client, tid)
         counts_exact("the first part counted")
         w1 = a.live_worker()

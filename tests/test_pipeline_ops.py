@@ -22,7 +22,7 @@ from code_sync.package import make_package
 from pipeline.lineage import sink_checkpoint
 from pipeline.sinks import latest_by_key, read_batches
 from pipeline.state_partitions import checkpoint_partitions
-from tests.processes import nimbus_cli
+from tests.processes import cli_submit, nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import add_input
@@ -70,11 +70,7 @@ def test_skipped_rows_metrics_and_a_real_rebalance_through_the_cli(
         spawn, supervisor_command, zk_hosts, state, tmp_path / "supervisor.log"
     ) as replica:
         seeds = replica.address
-        config = json.dumps({"input": str(inbox), "output": str(out)})
-        done = nimbus_cli(
-            "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
-        )
-        assert done.returncode == 0, done.stderr
+        cli_submit(package, "rows", seeds, json.dumps({"input": str(inbox), "output": str(out)}))
 
         def metrics(**want: int) -> dict[str, Any] | None:
             view: dict[str, Any] = json.loads(

@@ -16,17 +16,10 @@ from typing import Any
 import pytest
 
 from pipeline.sinks import read_batches
-from tests.processes import nimbus_cli
+from tests.processes import cli_submit, nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
-from tests.test_workers import (
-    add_input,
-    alive,
-    corpus,
-    counted,
-    output_counts,
-    wordcount_package,
-)
+from tests.test_workers import add_input, alive, corpus, counted, output_counts, wordcount_package
 from tests.waiting import wait_until
 
 
@@ -55,8 +48,7 @@ class Setup:
         inbox.mkdir()
         add_input(inbox, "part-1.txt", lines)
         package = wordcount_package(tmp, inbox, out)
-        done = nimbus_cli("submit", str(package), "--name", name, "--seeds", self.seeds)
-        assert done.returncode == 0, done.stderr
+        cli_submit(package, name, self.seeds)
         wait_until(lambda: output_counts(out) == counted(lines), timeout=240, interval=0.5,
                    message=f"{name}'s output exact")  # fmt: skip
         return inbox, out, package
@@ -119,8 +111,7 @@ def test_kill_wait_drains_then_a_resubmit_takes_the_folder_without_failing(
     killed = nimbus_cli("kill", "wc-a", "--wait", "10", "--seeds", setup.seeds)
     killed_at = time.monotonic()
     assert killed.returncode == 0, killed.stderr
-    resubmitted = nimbus_cli("submit", str(package), "--name", "wc-b", "--seeds", setup.seeds)
-    assert resubmitted.returncode == 0, resubmitted.stderr
+    cli_submit(package, "wc-b", setup.seeds)
 
     def deactivated() -> bool:
         states = [w["state"] for w in setup.describe("wc-a")["workers"]]

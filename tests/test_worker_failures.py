@@ -19,7 +19,7 @@ import pytest
 
 from code_sync.package import make_package
 from tests.cluster import free_port
-from tests.processes import nimbus_cli
+from tests.processes import cli_submit, nimbus_cli
 from tests.replica_fixtures import Spawn
 from tests.supervisors import Command, replica_and_supervisor
 from tests.test_workers import add_input
@@ -69,11 +69,7 @@ def test_a_failing_bolt_shows_its_error_and_a_failing_state_everywhere(
         spawn, supervisor_command, zk_hosts, state, log, replica_flags=flags
     ) as replica:
         seeds = replica.address
-        config = json.dumps({"input": str(inbox), "output": str(out)})
-        submitted = nimbus_cli(
-            "submit", str(package), "--name", "rows", "--config-json", config, "--seeds", seeds
-        )
-        assert submitted.returncode == 0, submitted.stderr
+        cli_submit(package, "rows", seeds, json.dumps({"input": str(inbox), "output": str(out)}))
         submitted_at = time.monotonic()
 
         def described() -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from code_sync.package import make_package
 from pipeline.sinks import latest_by_key, read_batches
 from tests.cluster import REPO, free_port, wait_for_agreed_leader
-from tests.processes import nimbus_cli
+from tests.processes import cli_submit, nimbus_cli
 from tests.replica_fixtures import Spawn, sync_flags
 from tests.scrape import metric
 from tests.supervisors import Command, start_supervisor, stop_supervisor
@@ -86,8 +86,7 @@ def test_a_killed_worker_restarts_with_exact_counts_and_stops_when_killed(
     try:
         wait_for_agreed_leader([replica], timeout=30)
         seeds = replica.address
-        submitted = nimbus_cli("submit", str(package), "--name", "wordcount", "--seeds", seeds)
-        assert submitted.returncode == 0, submitted.stderr
+        cli_submit(package, "wordcount", seeds)
 
         def worker_pid() -> int | None:
             pid_files = list(state.glob("workers/*/worker.pid"))

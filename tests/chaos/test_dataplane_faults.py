@@ -9,7 +9,6 @@ show no two claims of its slot overlapping and every commit inside its claim.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import pytest
 from cluster.paths import Paths
 from tests.chaos.kernel_cluster import ROOT, KernelCluster
 from tests.chaos.kernel_faults import FAULTS
-from tests.processes import nimbus_cli
+from tests.processes import cli_submit, cli_topology_id
 from tests.supervisors import Command
 from tests.test_dataplane_processes import ClaimHistory, Supervisor
 from tests.test_workers import (
@@ -75,13 +74,8 @@ def test_a_running_pipeline_rides_through_leader_faults_with_exact_counts(
         sup.start()
         wait_until(lambda: admin.exists(PATHS.supervisor("sup-a")), timeout=60)
         feed(0)
-        submitted = nimbus_cli(
-            "submit", str(package), "--name", "wordcount", "--seeds", cluster.seeds
-        )
-        assert submitted.returncode == 0, submitted.stderr
-        described = nimbus_cli("describe", "wordcount", "--seeds", cluster.seeds, "--json")
-        assert described.returncode == 0, described.stderr
-        tid = json.loads(described.stdout)["id"]
+        cli_submit(package, "wordcount", cluster.seeds)
+        tid = cli_topology_id("wordcount", cluster.seeds)
         history.watch(admin, tid)
         counts_exact("the first part counted")
         worker = sup.live_worker()
