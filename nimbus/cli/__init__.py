@@ -29,13 +29,14 @@ COMMANDS_GROUP = "nimbus.commands"
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not when the package is: ``python -m nimbus.cli.cmd_supervisor`` must
     # not find its module already imported by its package (runpy would run a second copy).
-    from nimbus.cli import cmd_leader, cmd_serve, cmd_supervisor, cmd_topology
+    from nimbus.cli import cmd_leader, cmd_prestop, cmd_serve, cmd_supervisor, cmd_topology
 
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmd_serve.register(sub)
     cmd_supervisor.register(sub)
     cmd_leader.register(sub)
+    cmd_prestop.register(sub)
     cmd_topology.register(sub)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
