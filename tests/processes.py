@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -50,6 +52,29 @@ def nimbus_cli(
         env=None if env is None else {**os.environ, **env},
         check=False,
     )
+
+
+def nimbus_dev(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """``nimbus dev ARGS...`` from the repository root, and the queue a daemon thread puts
+    its output lines in (stdout and stderr), so a test waits for a line with a deadline
+    of its own. The caller stops the process."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nimbus.cli", "dev", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
 
 
 def cli_submit(package: Path, name: str, seeds: str, config_json: str | None = None) -> None:

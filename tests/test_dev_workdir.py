@@ -7,35 +7,21 @@ from __future__ import annotations
 import queue
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.cluster import REPO
+from tests.processes import nimbus_dev
 
 REPLICAS = 3
 
 
 @pytest.mark.timeout(180)
 def test_dev_lists_every_replica_first_and_removes_its_temporary_folder() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nimbus.cli", "dev", "--replicas", str(REPLICAS),
-         "--supervisors", "0", "--session-timeout", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    assert proc.stdout is not None
-    stdout = proc.stdout
-
-    def pump() -> None:
-        for line in stdout:
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
+    proc, lines = nimbus_dev(
+        "--replicas", str(REPLICAS), "--supervisors", "0", "--session-timeout", "4"
+    )
     said: list[str] = []
     deadline = time.monotonic() + 120
     try:

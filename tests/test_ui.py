@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -34,7 +33,7 @@ from nimbus.client import NimbusClient
 from nimbus.server.ui.graph import GraphCache
 from nimbus.server.ui.snapshot import terms
 from tests.cluster import REPO, Replica, free_port, wait_for_agreed_leader
-from tests.processes import stop_process
+from tests.processes import nimbus_dev, stop_process
 from tests.replica_fixtures import ROOT, Spawn, submit, sync_flags
 from tests.tiers import needs
 from tests.waiting import wait_until
@@ -232,19 +231,7 @@ def test_page_follows_a_leader_kill_live_and_draws_terms_topology_and_zk_loss(
 
 
 def test_nimbus_dev_prints_a_web_ui_address_per_replica_that_serves_the_cluster() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nimbus.cli", "dev", "--replicas", "2", "--supervisors", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    assert proc.stdout is not None
-    out = proc.stdout
-
-    def pump() -> None:
-        for line in out:
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
+    proc, lines = nimbus_dev("--replicas", "2", "--supervisors", "0")
     seen: list[str] = []
 
     def running() -> bool:
