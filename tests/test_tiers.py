@@ -76,9 +76,13 @@ def test_every_tier_marker_is_registered_and_left_out_of_the_fast_tier() -> None
 def test_no_test_starts_a_supervisor_with_workers_but_through_its_fixtures() -> None:
     """A ``nimbus supervisor`` or a ``nimbus dev`` with supervisors runs Spark in its
     workers; typed out by hand, it would leave its test in the fast tier. Every other
-    command line has ``--no-workers`` or ``--supervisors 0``."""
+    command line has ``--no-workers`` or ``--supervisors 0``, or passes its caller's
+    arguments through (a launcher such as ``tests.processes.nimbus_dev``: its callers are
+    checked the same way). A miss this scan cannot see still finds no Spark to start in
+    ``./run-tests --fast`` (its ``SPARK_HOME`` does not exist)."""
     command = re.compile(
         r'"nimbus\.cli\.cmd_supervisor"|"nimbus\.cli", "supervisor"|"nimbus\.cli", "dev"'
+        r"|\bnimbus_dev\("
     )
     offenders = []
     for path in sorted((REPO / "tests").rglob("*.py")):
@@ -87,7 +91,11 @@ def test_no_test_starts_a_supervisor_with_workers_but_through_its_fixtures() -> 
         text = path.read_text()
         for found in command.finditer(text):
             line = text.count("\n", 0, found.start()) + 1
-            rest = text[found.end() : found.end() + 400].split("]", 1)[0]
-            if "--no-workers" not in rest and '"--supervisors", "0"' not in rest:
+            # The rest of the command line: to the list's end, or the call's paragraph.
+            end = "\n\n" if found.group().startswith("nimbus_dev") else "]"
+            rest = text[found.end() : found.end() + 400].split(end, 1)[0]
+            if text[found.start() - 4 : found.start()] == "def ":
+                continue  # the launcher's definition
+            if not any(ok in rest for ok in ("--no-workers", '"--supervisors", "0"', "*args")):
                 offenders.append(f"{path.relative_to(REPO)}:{line}")
     assert offenders == [], "use supervisor_command or dev_command (tests/supervisors.py)"
