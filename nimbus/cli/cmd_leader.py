@@ -10,8 +10,8 @@ from typing import Any
 
 from cluster.api import pb, records
 from cluster.envargs import add_env_flag
-from cluster.errors import NimbusError
 from cluster.security.client import add_client_flags
+from nimbus.cli.asking import ask
 from nimbus.cli.cmd_topology import topology_row
 from nimbus.client import NimbusClient
 
@@ -51,11 +51,8 @@ def register(sub: Any) -> None:
 
 def run_handover(args: argparse.Namespace) -> int:
     """Returns once a new term began; exit 1 with the reason when refused."""
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.handover(args.to)
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus handover: {e}", file=sys.stderr)
+    reply = ask(args, "handover", lambda client: client.handover(args.to))
+    if reply is None:
         return 1
     if args.json:
         print(json.dumps({"address": reply.address, "epoch": reply.epoch}))
@@ -68,11 +65,8 @@ def run_handover(args: argparse.Namespace) -> int:
 
 
 def run_leader(args: argparse.Namespace) -> int:
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.leader()
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus leader: no leader known: {e}", file=sys.stderr)
+    reply = ask(args, "leader: no leader known", NimbusClient.leader)
+    if reply is None:
         return 1
     if args.json:
         print(
@@ -92,11 +86,8 @@ def run_leader(args: argparse.Namespace) -> int:
 
 
 def run_nimbuses(args: argparse.Namespace) -> int:
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.nimbuses()
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus nimbuses: {e}", file=sys.stderr)
+    reply = ask(args, "nimbuses", NimbusClient.nimbuses)
+    if reply is None:
         return 1
     rows = [_nimbus_row(n) for n in reply.nimbuses]
     if args.json:
@@ -125,11 +116,8 @@ def _nimbus_row(n: pb.NimbusInfo) -> dict[str, Any]:
 
 
 def run_cluster(args: argparse.Namespace) -> int:
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.cluster_summary()
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus cluster: {e}", file=sys.stderr)
+    reply = ask(args, "cluster", NimbusClient.cluster_summary)
+    if reply is None:
         return 1
     now_ms = time.time() * 1000
     view = {

@@ -19,6 +19,7 @@ from cluster.envargs import add_env_flag
 from cluster.errors import NimbusError
 from cluster.security.client import add_client_flags
 from code_sync.package import make_package
+from nimbus.cli.asking import ask
 from nimbus.client import NimbusClient
 from nimbus.views import component_metrics
 
@@ -185,11 +186,8 @@ def _submit(args: argparse.Namespace, package: Path) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            detail = client.describe(args.name)
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus describe: {e}", file=sys.stderr)
+    detail = ask(args, "describe", lambda client: client.describe(args.name))
+    if detail is None:
         return 1
     s = detail.summary
     view = {
@@ -273,11 +271,8 @@ def topology_row(t: pb.TopologySummary) -> dict[str, Any]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    try:
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.list_topologies()
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus list: {e}", file=sys.stderr)
+    reply = ask(args, "list", NimbusClient.list_topologies)
+    if reply is None:
         return 1
     rows = [topology_row(t) for t in reply.topologies]
     if args.json:
@@ -320,12 +315,9 @@ def _action_request(args: argparse.Namespace) -> tuple[str, Any]:
 
 def run_action(args: argparse.Namespace) -> int:
     _note_extra_workers(getattr(args, "workers", None) or 0)
-    try:
-        method, request = _action_request(args)
-        with NimbusClient(args.seeds, deadline=args.timeout) as client:
-            reply = client.call_leader(method, request)
-    except (NimbusError, ValueError) as e:
-        print(f"nimbus {args.command}: {e}", file=sys.stderr)
+    # The request is built inside the call, so a bad flag is reported as any failure is.
+    reply = ask(args, args.command, lambda client: client.call_leader(*_action_request(args)))
+    if reply is None:
         return 1
     status = records.TopologyStatus.Name(reply.status)
     if args.json:
