@@ -290,7 +290,7 @@ class LifecycleDuty:
             holder, version = "", -1
             ops += proof_of_absence(name_path)  # or the quorum's name would name nothing
         except UnicodeDecodeError:
-            holder = topology_id  # damaged: it names no live topology, so it goes too
+            holder, version = topology_id, -1  # damaged: it names no live topology: it goes
             log.warning("name node %s of %s is damaged; removing it", name_path, topology_id)
         if holder == topology_id:
             ops.append(Delete(name_path, version))
