@@ -6,7 +6,10 @@ Invariant: every subclass's ``stop`` is idempotent, so leaving the block after a
 
 from __future__ import annotations
 
-from typing import Self
+import atexit
+import contextlib
+import threading
+from typing import Protocol, Self
 
 
 class Started:
@@ -24,3 +27,33 @@ class Started:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()  # however the block ended: the exception, if any, goes on
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+class StopAtExit:
+    """What was started and is not stopped yet; an ``atexit`` hook stops each one still
+    here on a normal exit (also a ``SystemExit``, such as a test run's SIGTERM), going on
+    past any that fails to stop."""
+
+    def __init__(self) -> None:
+        self._live: set[_Stoppable] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def add(self, started: _Stoppable) -> None:
+        with self._lock:
+            self._live.add(started)
+
+    def discard(self, stopped: _Stoppable) -> None:
+        with self._lock:
+            self._live.discard(stopped)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for started in live:
+            with contextlib.suppress(Exception):
+                started.stop()

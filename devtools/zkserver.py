@@ -13,7 +13,6 @@ code imports (``find_java``, ``free_ports``, ``srvr``, ...) stay importable from
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from cluster.errors import ZooKeeperStartError, ZooKeeperUnavailableError
-from devtools.lifetime import Started
+from devtools.lifetime import Started, StopAtExit
 from devtools.zklocate import (
     EXTERNAL_ENV,
     JAVA_INSTALL_HINT,
@@ -72,19 +71,7 @@ __all__ = [
 ]
 
 _STOP_GRACE_S: Final = 5.0
-_LIVE: set[ZooKeeperCluster] = set()
-_LIVE_LOCK: Final = threading.Lock()
-
-
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        clusters = list(_LIVE)
-    for cluster in clusters:
-        with contextlib.suppress(Exception):
-            cluster.stop()
-
-
-atexit.register(_stop_all_at_exit)
+_LIVE: Final = StopAtExit()
 
 
 class ZooKeeperCluster(Started):
@@ -206,8 +193,7 @@ class ZooKeeperCluster(Started):
             self._java = find_java(self._env)
             self._classpath = find_zookeeper_classpath(self._env)
             self._prepare_base_dir()
-            with _LIVE_LOCK:
-                _LIVE.add(self)
+            _LIVE.add(self)
             try:
                 try:
                     self._start_once()
@@ -241,8 +227,7 @@ class ZooKeeperCluster(Started):
                 shutil.rmtree(self._base_dir, ignore_errors=True)
                 self._base_dir = None
                 self._owns_base_dir = False
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            _LIVE.discard(self)
 
     # ---- fault helpers (real processes, by node index)
 

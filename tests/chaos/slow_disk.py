@@ -20,7 +20,6 @@ who claimed, and the stretches with no replica claiming, placed against the stal
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import re
 import shutil
@@ -38,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NodeExistsError
 
 from cluster.factory import make_kazoo_client
+from devtools.lifetime import StopAtExit
 from tests.chaos.kernel_ensemble import Poll, double_claims, leaderless
 
 #: How long the stall is held, whatever the delay.
@@ -87,19 +87,7 @@ def available() -> str | None:
     return None
 
 
-_RUNNING: set[FsyncStall] = set()
-_RUNNING_LOCK = threading.Lock()
-
-
-def _stop_all_at_exit() -> None:
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-    for stall in running:
-        with contextlib.suppress(Exception):
-            stall.stop()
-
-
-atexit.register(_stop_all_at_exit)
+_RUNNING = StopAtExit()
 
 
 class FsyncStall:
@@ -133,8 +121,7 @@ class FsyncStall:
         if available() is not None:
             raise FsyncStallError(str(available()))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with _RUNNING_LOCK:
-            _RUNNING.add(self)
+        _RUNNING.add(self)
         try:
             for pid, trace, errors in zip(self.pids, self._traces, self._errors, strict=True):
                 self._procs.append(self._spawn(self.command(pid, trace), errors))
@@ -178,8 +165,7 @@ class FsyncStall:
                 proc.wait()
         if self._procs and not self.stopped:
             self.stopped = time.time()
-        with _RUNNING_LOCK:
-            _RUNNING.discard(self)
+        _RUNNING.discard(self)
 
     def __enter__(self) -> FsyncStall:
         return self.start()
