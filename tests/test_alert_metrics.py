@@ -116,15 +116,21 @@ def test_failing_counts_follow_the_status_and_the_workers_heartbeats() -> None:
     assert count_failing({}, {}) == {WORKER: 0, CODE_MISSING: 0}
 
 
-def test_a_deposed_leaders_last_count_is_not_exported() -> None:
-    metrics = ReplicaMetrics(
+def replica_metrics(*, leading: bool) -> ReplicaMetrics:
+    """The metrics of a replica that is not running: leading (epoch 1, connected, ready)
+    or not (epoch 0, none of those), no package missing."""
+    return ReplicaMetrics(
         replica_id="r:1",
-        is_leader=lambda: False,
-        leader_epoch=lambda: 0,
-        connected=lambda: False,
+        is_leader=lambda: leading,
+        leader_epoch=lambda: int(leading),
+        connected=lambda: leading,
         missing_packages=lambda: 0,
-        ready=lambda: False,
+        ready=lambda: leading,
     )
+
+
+def test_a_deposed_leaders_last_count_is_not_exported() -> None:
+    metrics = replica_metrics(leading=False)
     term = LeadershipToken("/storm/leader-lock/n-1", epoch=3)
     metrics.topologies_failing({WORKER: 2, CODE_MISSING: 0}, term)
     exported = {

@@ -22,8 +22,8 @@ import yaml
 from fencing import LeadershipToken
 from leader.heartbeat import BeatAck
 from nimbus.duties.failing import REASONS
-from nimbus.metrics import ReplicaMetrics
 from tests.cluster import REPO
+from tests.test_alert_metrics import replica_metrics
 from tests.test_docs import anchors
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
@@ -85,14 +85,7 @@ def test_every_rule_has_a_case_that_fires_it_and_one_that_must_not() -> None:
 
 
 def test_every_metric_a_rule_or_a_panel_reads_is_exported_by_a_replica() -> None:
-    metrics = ReplicaMetrics(
-        replica_id="r:1",
-        is_leader=lambda: True,
-        leader_epoch=lambda: 1,
-        connected=lambda: True,
-        missing_packages=lambda: 0,
-        ready=lambda: True,
-    )
+    metrics = replica_metrics(leading=True)
     # Series that appear with their first event: make each event happen once.
     metrics.topologies_failing(dict.fromkeys(REASONS, 0), LeadershipToken("/n-1", epoch=1))
     metrics.left_zookeeper_server("zk-1:2181")
