@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +58,18 @@ def bench_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--quick", action="store_true", help=quick_help)
     return parser
+
+
+def chosen_faults(
+    parser: argparse.ArgumentParser, listed: str, known: Callable[[str], bool], names: str
+) -> list[str]:
+    """The faults of a comma-separated ``--faults``; a usage error that lists ``names`` when
+    one is not ``known``."""
+    faults = [f.strip() for f in listed.split(",") if f.strip()]
+    unknown = [f for f in faults if not known(f)]
+    if unknown:
+        parser.error(f"unknown faults {unknown}; known: {names}")
+    return faults
 
 
 def print_json(result: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, machine_facts, percentile
+from _common import REPO, chosen_faults, machine_facts, percentile
 
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos import slow_disk
@@ -306,10 +306,12 @@ def main() -> int:
     )
     args = parser.parse_args()
     trials = 2 if args.quick else args.trials
-    names = [n.strip() for n in args.faults.split(",") if n.strip()]
-    unknown = [n for n in names if fault_kind(n) is None]
-    if unknown:
-        parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)} (any zk-slow-disk@D)")
+    names = chosen_faults(
+        parser,
+        args.faults,
+        lambda name: fault_kind(name) is not None,
+        f"{', '.join(FAULTS)} (any zk-slow-disk@D)",
+    )
     # A slow disk slows only a ZooKeeper that syncs its log: then it syncs for the whole run.
     slow = any(slow_disk.parse(n) is not None for n in names)
     if slow and slow_disk.available() is not None:

@@ -55,7 +55,7 @@ from _chaos_cli_rows import (
     summarize,
     trial_figures,
 )
-from _common import REPO, machine_facts, print_table
+from _common import REPO, chosen_faults, machine_facts, print_table
 
 from devtools.netns import available
 from tests.chaos import slow_disk
@@ -146,11 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernel faults cannot be made here: {why_not}", file=sys.stderr)
         return 2
     trials_per_fault = 1 if args.quick else args.trials
-    faults = [f for f in args.faults.split(",") if f]
-    unknown = [f for f in faults if not known(f)]
-    if unknown:
-        names = ", ".join([*FAULTS, *EXTRA_FAULTS, *SLOW_DISK_ROWS])
-        parser.error(f"unknown faults {unknown}; known: {names} (any zk-slow-disk@D[+FAULT])")
+    names = ", ".join([*FAULTS, *EXTRA_FAULTS, *SLOW_DISK_ROWS])
+    faults = chosen_faults(parser, args.faults, known, f"{names} (any zk-slow-disk@D[+FAULT])")
     slow = any(slow_disk.parse(f) is not None for f in faults)
     if slow and slow_disk.available() is not None:
         print(f"slow-disk faults cannot be made here: {slow_disk.available()}", file=sys.stderr)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import REPO, load_1min, machine_facts, percentile, print_table
+from _common import REPO, chosen_faults, load_1min, machine_facts, percentile, print_table
 
 from devtools.netns import Cut, available
 from leader.settings import DEFAULT_SILENCE_WINDOW
@@ -98,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if why_not is not None:
         print(f"kernel faults cannot be made here: {why_not}", file=sys.stderr)
         return 2
-    faults = [f for f in args.faults.split(",") if f]
-    unknown = [f for f in faults if f not in FAULTS]
-    if unknown:
-        parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+    faults = chosen_faults(parser, args.faults, FAULTS.__contains__, ", ".join(FAULTS))
     trials: list[dict[str, object]] = []
     load: list[float] = []
     with tempfile.TemporaryDirectory(prefix="failover-") as work:
