@@ -60,6 +60,15 @@ def bench_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
     return parser
 
 
+def cannot_make(what: str, why_not: str | None) -> bool:
+    """True, once stderr says so, where ``what`` cannot be made on this machine (``why_not``:
+    the reason, None where it can)."""
+    if why_not is None:
+        return False
+    print(f"{what} cannot be made here: {why_not}", file=sys.stderr)
+    return True
+
+
 def chosen_faults(
     parser: argparse.ArgumentParser, listed: str, known: Callable[[str], bool], names: str
 ) -> list[str]:

@@ -55,7 +55,7 @@ from _chaos_cli_rows import (
     summarize,
     trial_figures,
 )
-from _common import REPO, chosen_faults, machine_facts, print_table
+from _common import REPO, cannot_make, chosen_faults, machine_facts, print_table
 
 from devtools.netns import available
 from tests.chaos import slow_disk
@@ -141,16 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--name", default="chaos-cli", help="results file name (with --out)")
     args = parser.parse_args(argv)
-    why_not = available()
-    if why_not is not None:
-        print(f"kernel faults cannot be made here: {why_not}", file=sys.stderr)
+    if cannot_make("kernel faults", available()):
         return 2
     trials_per_fault = 1 if args.quick else args.trials
     names = ", ".join([*FAULTS, *EXTRA_FAULTS, *SLOW_DISK_ROWS])
     faults = chosen_faults(parser, args.faults, known, f"{names} (any zk-slow-disk@D[+FAULT])")
     slow = any(slow_disk.parse(f) is not None for f in faults)
-    if slow and slow_disk.available() is not None:
-        print(f"slow-disk faults cannot be made here: {slow_disk.available()}", file=sys.stderr)
+    if slow and cannot_make("slow-disk faults", slow_disk.available()):
         return 2
     trials: list[Trial] = []
     wall_minus_mono = time.time() - time.monotonic()

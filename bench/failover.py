@@ -23,7 +23,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import REPO, chosen_faults, load_1min, machine_facts, percentile, print_table
+from _common import (
+    REPO,
+    cannot_make,
+    chosen_faults,
+    load_1min,
+    machine_facts,
+    percentile,
+    print_table,
+)
 
 from devtools.netns import Cut, available
 from leader.settings import DEFAULT_SILENCE_WINDOW
@@ -94,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--out", action="store_true", help="write bench/results/")
     args = parser.parse_args(argv)
-    why_not = available()
-    if why_not is not None:
-        print(f"kernel faults cannot be made here: {why_not}", file=sys.stderr)
+    if cannot_make("kernel faults", available()):
         return 2
     faults = chosen_faults(parser, args.faults, FAULTS.__contains__, ", ".join(FAULTS))
     trials: list[dict[str, object]] = []

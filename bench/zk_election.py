@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from _common import BenchRun, bench_parser, percentile, print_json, print_table
+from _common import BenchRun, bench_parser, cannot_make, percentile, print_json, print_table
 
 from devtools.netns import LoopbackPortCut, available
 from devtools.zkserver import ZooKeeperCluster
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "2 trials of each fault and configuration")
     parser.add_argument("--trials", type=int, default=10)
     args = parser.parse_args(argv)
-    why_not = available(cgroups=True)
-    if why_not is not None:
-        print(f"kernel cuts cannot be made here: {why_not}", file=sys.stderr)
+    if cannot_make("kernel cuts", available(cgroups=True)):
         return 2
     run = BenchRun.start(quick=args.quick)
     trials = 2 if args.quick else args.trials
