@@ -181,6 +181,14 @@ def first_failure(results: Sequence[Any]) -> tuple[int, Exception] | None:
     return None
 
 
+#: A failed target operation's error: the reason the conflict carries, what it says of the path.
+_CONFLICTS: tuple[tuple[type[Exception], ConflictReason, str], ...] = (
+    (NodeExistsError, ConflictReason.EXISTS, "already exists"),
+    (NoNodeError, ConflictReason.NO_NODE, "(or its parent) does not exist"),
+    (NotEmptyError, ConflictReason.NOT_EMPTY, "has children and cannot be deleted"),
+)
+
+
 def conflict_for(op: Op, error: Exception) -> WriteConflictError:
     """The project's exception for a failed target operation, cause kept by the caller."""
     if isinstance(error, BadVersionError):
@@ -190,22 +198,9 @@ def conflict_for(op: Op, error: Exception) -> WriteConflictError:
             path=op.path,
             reason=ConflictReason.BAD_VERSION,
         )
-    if isinstance(error, NodeExistsError):
-        return WriteConflictError(
-            f"{op.path} already exists", path=op.path, reason=ConflictReason.EXISTS
-        )
-    if isinstance(error, NoNodeError):
-        return WriteConflictError(
-            f"{op.path} (or its parent) does not exist",
-            path=op.path,
-            reason=ConflictReason.NO_NODE,
-        )
-    if isinstance(error, NotEmptyError):
-        return WriteConflictError(
-            f"{op.path} has children and cannot be deleted",
-            path=op.path,
-            reason=ConflictReason.NOT_EMPTY,
-        )
+    for kind, reason, says in _CONFLICTS:
+        if isinstance(error, kind):
+            return WriteConflictError(f"{op.path} {says}", path=op.path, reason=reason)
     return WriteConflictError(
         f"{type(op).__name__} of {op.path} failed: {type(error).__name__}",
         path=op.path,
