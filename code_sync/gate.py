@@ -21,6 +21,7 @@ from collections.abc import Callable
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
 
 from cluster.api import records
 from cluster.paths import Paths
@@ -64,7 +65,7 @@ class CodeGate:
 
     # -- asked by the elector and the CODE_MISSING duty ------------------------------------
 
-    def request_missing(self) -> list[str]:
+    def request_missing(self, storms: IAsyncResult | None = None) -> list[str]:
         """The topologies that block leadership, after asking the sync pass for them.
 
         Blocking: in ``/storms`` now, code not held here. A topology whose code no live
@@ -77,10 +78,11 @@ class CodeGate:
         (same child version: the children are exactly these, whether or not every record
         has been read yet, so a replica still loading takes office without listing 10,000
         topologies). Only ids not yet known to be held here are examined one by one, each
-        digest from the cache or, not read yet, from ZooKeeper.
+        digest from the cache or, not read yet, from ZooKeeper. ``storms``: that stat,
+        already sent (``exists_async``; the elector sends it behind the lock's listing).
         """
         ids, cversion, _ = self.storms.snapshot()
-        stat = self._client.exists(self._paths.storms)
+        stat = self._client.exists(self._paths.storms) if storms is None else storms.get()
         if stat is None:
             return []
         if int(stat.cversion) != cversion:
@@ -132,10 +134,10 @@ class CodeGate:
             self._request_pass()
         return sorted(blocking)
 
-    def request_all_code(self) -> bool:
+    def request_all_code(self, storms: IAsyncResult | None = None) -> bool:
         """True when nothing blocks leadership; else the sync pass was asked for it
         (``request_missing``). The elector's code gate."""
-        return not self.request_missing()
+        return not self.request_missing(storms)
 
     def code_abandoned(self, topology_id: str) -> bool:
         """True once no replica has held this topology's code for longer than ``code_wait``."""

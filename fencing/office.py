@@ -18,6 +18,7 @@ history it is always gone by the time a later node wins.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
@@ -67,6 +68,26 @@ def _highest(result: IAsyncResult) -> int:
     return max((int(c) for c in children if c.isdigit()), default=0)
 
 
+@dataclass(frozen=True)
+class OfficeReads:
+    """The reads ``take_office`` decides its multi-op from, already sent: ``/leader-epoch``,
+    the ``/epochs`` listing and the beat node's stat (None: no beat node asked for)."""
+
+    leader_epoch: IAsyncResult
+    epochs: IAsyncResult
+    beat: IAsyncResult | None
+
+
+def send_office_reads(client: KazooClient, paths: Paths, beat: str | None) -> OfficeReads:
+    """Send ``take_office``'s reads without waiting: together they cost one round trip,
+    and none if they ride behind another request (the lock's listing) we wait on anyway."""
+    return OfficeReads(
+        leader_epoch=client.get_async(paths.leader_epoch),
+        epochs=client.get_children_async(paths.epochs),
+        beat=client.exists_async(beat) if beat is not None else None,
+    )
+
+
 def take_office(
     client: KazooClient,
     paths: Paths,
@@ -77,6 +98,7 @@ def take_office(
     timeout: float,
     beat: str | None = None,
     beat_data: bytes | None = None,
+    reads: OfficeReads | None = None,
 ) -> int:
     """Become leader of a new epoch; returns the epoch number.
 
@@ -84,17 +106,18 @@ def take_office(
     is one above both ``/leader-epoch`` and the highest ``/epochs`` entry, so it only
     ever grows even if the record was damaged. With ``beat`` (the lock node's beat node)
     the multi-op also writes it (``beat_data``, the claim it announces): taking office is
-    the term's first beat.
+    the term's first beat. ``reads``: the first attempt's reads, sent earlier (any age:
+    the multi-op checks everything it was decided from, and a conflict reads again).
     """
     data = holder.encode() if beat_data is None else beat_data
     last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
         # The reads go out together: one round trip before the multi-op, not three.
-        epoch_read = client.get_async(paths.leader_epoch)
-        epochs_read = client.get_children_async(paths.epochs)
-        beat_read = client.exists_async(beat) if beat is not None else None
-        current, version = leader_epoch_of(epoch_read)
-        previous = max(current.epoch if current else 0, _highest(epochs_read))
+        sent = reads if reads is not None else send_office_reads(client, paths, beat)
+        reads = None  # a retry after a conflict reads afresh
+        beat_read = sent.beat if beat is not None else None
+        current, version = leader_epoch_of(sent.leader_epoch)
+        previous = max(current.epoch if current else 0, _highest(sent.epochs))
         epoch = previous + 1
         started = now_ms()
         record = records.LeaderEpoch(

@@ -22,12 +22,12 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import CancelledError, KazooException
-from kazoo.recipe.lock import Lock
 
 from fencing import CancelReason, FencingError, LeadershipToken, Membership
 from leader.cycle import CycleMachine, Decision, Verdict
 from leader.heartbeat import BeatListener
 from leader.pulse import Pulse
+from leader.read_ahead import ReadAheadLock, WinnerReads
 from leader.seat import Link, Seat
 from leader.settings import ElectorCallbacks, ElectorSettings, GateStage, History
 from leader.term import Tenure
@@ -195,7 +195,7 @@ class Elector:
             self._note(f"dropped our own leftover lock node {name}")
         if self._wait_until(queue.wake_at):  # at most one attempt per REQUEUE_BACKOFF
             return
-        lock = Lock(self._client, self._paths.leader_lock, identifier=self._s.replica_id)
+        lock = ReadAheadLock(self._client, self._paths, self._s.replica_id)
         if not self._seat.take(lock, self._stopping):
             return
         self._machine.queued(self._clock())
@@ -209,7 +209,7 @@ class Elector:
         if lock_node is None:  # acquire() names the node it made; never seen without one
             raise RuntimeError("won the lock without a lock node")
         self._note(f"won the lock ({lock.node})")
-        self._tenure.run(lock, lock_node)
+        self._tenure.run(lock, lock_node, lock.reads)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -221,14 +221,19 @@ class Elector:
             token.cancel(CancelReason.DISCONNECTED, f"connection {state}")
         self._wake.set()
 
-    def _gate(self, stage: GateStage) -> Decision | None:
+    def _gate(self, stage: GateStage, reads: WinnerReads | None = None) -> Decision | None:
         """Ask the code gate until the machine says what next (``QUEUE``, ``TAKE_OFFICE``
-        or ``LEAVE``); None when stopping or the connection dropped while waiting."""
+        or ``LEAVE``); None when stopping or the connection dropped while waiting. With
+        ``reads`` (sent behind the winning listing) its first answer is from them."""
         waiting_noted = False
         while not self._stopping.is_set():
             self._wake.clear()
             try:
-                ok = self._do.has_all_code()
+                if reads is not None and self._do.gate_given is not None:
+                    ok = self._do.gate_given(reads.storms)
+                else:
+                    ok = self._do.has_all_code()
+                reads = None  # asked again (never after winning): read afresh
             except KazooException as e:
                 log.warning("code gate failed: %s", e)
                 ok = False

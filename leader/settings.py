@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kazoo.interfaces import IAsyncResult
+
 from cluster.errors import ConfigError
 from cluster.paths import Paths
 from fencing import FencedWriter, LeadershipToken
@@ -170,6 +172,9 @@ class ElectorCallbacks:
     the office; our server is behind or diverged, and queueing on it again would loop.
     ``step_aside()``: asked after winning, before taking office: a reason to leave the lock
     and queue again (the term that just ended was handed to another replica), or None.
+    ``gate_given(stat of /storms)`` and ``step_aside_given(/handover, /leader-epoch)``: the
+    same two after winning, answered from reads sent behind the winning listing
+    (``leader.read_ahead``), not from a round trip each; None: the two above are asked.
     """
 
     has_all_code: CodeGate
@@ -179,6 +184,8 @@ class ElectorCallbacks:
     taking_office: Callable[[bool], object] = _no_word
     on_stale_server: Callable[[str], object] = _no_word
     step_aside: Callable[[], str | None] = lambda: None
+    gate_given: Callable[[IAsyncResult], bool] | None = None
+    step_aside_given: Callable[[IAsyncResult, IAsyncResult], str | None] | None = None
 
 
 class History:

@@ -25,6 +25,7 @@ from fencing import (
 from fencing.office import prune_epochs, read_leader_epoch, take_office
 from leader.cycle import CycleMachine, Decision, OfficeOutcome, TermVerdict, Verdict
 from leader.pulse import Pulse
+from leader.read_ahead import WinnerReads
 from leader.seat import Link, Seat
 from leader.settings import CodeGate, ElectorCallbacks, ElectorSettings, GateStage
 
@@ -112,7 +113,7 @@ class Tenure:
         link: Link,
         pulse: Pulse,
         stopping: threading.Event,
-        gate: Callable[[GateStage], Decision | None],
+        gate: Callable[[GateStage, WinnerReads | None], Decision | None],
         note: Callable[[str], None],
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
@@ -123,32 +124,35 @@ class Tenure:
         self._clock, self._wall_ms = clock, wall_ms
         self.epoch = 0  # of the current or last term (0 before the first)
 
-    def _step_aside(self) -> str | None:
+    def _step_aside(self, reads: WinnerReads | None) -> str | None:
         try:
+            if reads is not None and self._do.step_aside_given is not None:
+                return self._do.step_aside_given(reads.handover, reads.office.leader_epoch)
             return self._do.step_aside()
         except KazooException as e:  # advisory: a handover we cannot read is not one
             log.warning("could not read a handover: %s", e)
             return None
 
-    def run(self, lock: Lock, lock_node: str) -> None:
-        """We won ``lock``: take office and serve; return once the term ended."""
+    def run(self, lock: Lock, lock_node: str, reads: WinnerReads | None) -> None:
+        """We won ``lock``: take office and serve; return once the term ended. ``reads``:
+        those sent behind the winning listing (``leader.read_ahead``), None to read now."""
         self._do.taking_office(True)
         try:
-            epoch = self._office(lock, lock_node)
+            epoch = self._office(lock, lock_node, reads)
         finally:
             self._do.taking_office(False)
         if epoch is not None:
             self._serve(lock, lock_node, epoch)
 
-    def _office(self, lock: Lock, lock_node: str) -> int | None:
+    def _office(self, lock: Lock, lock_node: str, reads: WinnerReads | None) -> int | None:
         """The gate after winning, then the take-office multi-op: the new epoch, or None."""
         if self._stopping.is_set():
             return None
-        gate = self._gate(GateStage.AFTER_WINNING)
+        gate = self._gate(GateStage.AFTER_WINNING, reads)
         if gate is None or gate.verdict is not Verdict.TAKE_OFFICE:
             self._seat.release(lock)  # never hold the lock while waiting for code
             return None
-        aside = self._step_aside()
+        aside = self._step_aside(reads)
         if aside is not None:  # a planned handover to a replica behind us
             self._note(f"stepped aside: {aside}")
             self._seat.release(lock)
@@ -159,6 +163,7 @@ class Tenure:
                 self._client, self._paths, lock_node=lock_node, holder=self._s.replica_id,
                 now_ms=self._wall_ms, timeout=self._s.session_timeout,
                 beat=self._paths.beat(lock_node), beat_data=beat,
+                reads=None if reads is None else reads.office,
             )  # fmt: skip
         except (NotLeaderError, WriteConflictError) as e:
             self._office_failed(lock, OfficeOutcome.REFUSED, e)

@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent
 
 from cluster.api import pb, records
@@ -29,7 +30,7 @@ from cluster.names import check_request_id
 from cluster.paths import Paths
 from cluster.reads import read_storms
 from fencing import CancelReason, Create, Delete, FencedWriter, NotLeaderError, Op
-from fencing.office import read_leader_epoch
+from fencing.office import leader_epoch_of, read_leader_epoch
 from leader.discovery import lock_sequence
 from nimbus.duties.confirm import UnconfirmedError, recall_committed
 from nimbus.duties.requests import OnDivergentServer, remember
@@ -176,8 +177,13 @@ class Handover:
 
 def read_handover(client: KazooClient, paths: Paths) -> tuple[records.Handover, int] | None:
     """``/handover`` and its czxid (which handover it is), or None."""
+    return handover_of(client.get_async(paths.handover))
+
+
+def handover_of(result: IAsyncResult) -> tuple[records.Handover, int] | None:
+    """``read_handover`` from a read already sent (``get_async``)."""
     try:
-        data, stat = client.get(paths.handover)
+        data, stat = result.get()
         return records.Handover.FromString(data), int(stat.czxid)
     except (NoNodeError, DecodeError):
         return None
@@ -198,14 +204,22 @@ class StepAside:
         self._done: set[int] = set()
 
     def __call__(self) -> str | None:
-        found = read_handover(self._client, self._paths)
+        return self.given(
+            self._client.get_async(self._paths.handover),
+            self._client.get_async(self._paths.leader_epoch),
+        )
+
+    def given(self, handover: IAsyncResult, leader_epoch: IAsyncResult) -> str | None:
+        """The same, from reads of ``/handover`` and ``/leader-epoch`` already sent (the
+        elector sends them behind the lock's listing)."""
+        found = handover_of(handover)
         if found is None:
             return None
-        handover, which = found
-        if handover.to == self._id or which in self._done:
+        handover_record, which = found
+        if handover_record.to == self._id or which in self._done:
             return None
-        current, _ = read_leader_epoch(self._client, self._paths)
-        if current is None or current.epoch != handover.epoch:
+        current, _ = leader_epoch_of(leader_epoch)
+        if current is None or current.epoch != handover_record.epoch:
             return None  # a handover of an older term: over
         self._done.add(which)
-        return f"term {handover.epoch} was handed over to {handover.to}"
+        return f"term {handover_record.epoch} was handed over to {handover_record.to}"

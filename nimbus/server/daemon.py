@@ -128,6 +128,7 @@ class NimbusDaemon:
             ),
         )
         self._writer: FencedWriter | None = None
+        step_aside = StepAside(self.client, self.paths, config.replica_id)
         self.elector = Elector(
             self.client,
             ElectorSettings(
@@ -138,12 +139,14 @@ class NimbusDaemon:
             ),
             ElectorCallbacks(
                 has_all_code=has_all_code or self.syncer.gate.request_all_code,
+                gate_given=None if has_all_code else self.syncer.gate.request_all_code,
                 on_elected=self._elected,
                 on_deposed=self._deposed,
                 leader_hint=self._leader_hint,
                 taking_office=self.storms.hold_back,  # a restart's record load steps aside
                 on_stale_server=lambda why: self.server_mover.move(why),  # made below
-                step_aside=StepAside(self.client, self.paths, config.replica_id),
+                step_aside=step_aside,
+                step_aside_given=step_aside.given,
             ),
         )
         self.health = NimbusHealth(
@@ -309,11 +312,11 @@ class NimbusDaemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self.elector.stop()  # first: the next replica leads while we stop the rest
         if self.ui is not None:
             self.ui.stop()
         self.silence.stop()
         self.server_mover.stop()
-        self.elector.stop()
         self.syncer.stop()
         self.health.refresh()
         self.registry.stop()
