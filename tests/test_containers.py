@@ -25,7 +25,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
@@ -36,14 +35,22 @@ from typing import Any
 import pytest
 import yaml
 
-from nimbus.client import NimbusClient
 from tests.cluster import REPO
+from tests.containers_cluster import (
+    CONTAINERS,
+    NIMBUS,
+    Cluster,
+    engine_env,
+    fail_over,
+    nimbuses,
+    one_leader_of_three,
+    podman,
+    up_cluster,
+)
 from tests.test_deploy import find, nimbus_container, pod_env
 from tests.tiers import needs
 from tests.waiting import wait_until
 
-CONTAINERS = REPO / "deploy" / "containers"
-NIMBUS = str(Path(sys.executable).parent / "nimbus")  # the project's CLI, on the host
 #: Short sessions for the rows that wait for one (a paused or cut-off leader).
 SESSION_TIMEOUT = 4.0
 #: "A new leader within 2 s" is the design's figure; the bound leaves room for a loaded
@@ -51,19 +58,6 @@ SESSION_TIMEOUT = 4.0
 FAILOVER_BOUND_S = 5.0
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def engine_env() -> dict[str, str]:
-    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS / "containers.conf")}
-
-
-def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
-    done = subprocess.run(
-        ["podman", *args], capture_output=True, text=True, env=engine_env(), timeout=timeout
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)}: {done.stderr.strip()[-2000:]}")
-    return done.stdout
 
 
 @dataclass
@@ -139,68 +133,14 @@ def test_every_package_of_the_project_imports_inside_the_image(image: Image) -> 
     assert shown.strip() == "ok", shown
 
 
-@dataclass
-class Cluster:
-    name: str
-    seeds: dict[str, str]  # container -> host-published HOST:PORT
-    advertised: dict[str, str]  # container -> advertised address (the replica's id)
-    up_s: float
-
-    def container_of(self, address: str) -> str:
-        return next(c for c, a in self.advertised.items() if a == address)
-
-    def seeds_without(self, container: str) -> list[str]:
-        return [s for c, s in self.seeds.items() if c != container]
-
-
 @pytest.fixture(scope="module")
 def cluster(image: Image) -> Iterator[Cluster]:
     """deploy/containers/up: ZooKeeper, three replicas, one supervisor (module-wide)."""
     name = f"nimbus-test-{os.getpid()}"
-    started = time.monotonic()
-    done = subprocess.run(
-        [str(CONTAINERS / "up"), "--name", name, "--replicas", "3", "--supervisors", "1",
-         "--session-timeout", str(SESSION_TIMEOUT), "--image", image.ref],
-        capture_output=True, text=True, env=engine_env(), timeout=300,
-    )  # fmt: skip
-    took = time.monotonic() - started
-    try:
-        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-        print(f"\n{done.stdout}up: ready in {took:.1f} s")
-        seeds, advertised = {}, {}
-        for line in done.stdout.splitlines():
-            if line.startswith("nimbus replica"):
-                fields = line.split()
-                container = fields[fields.index("(container") + 1].rstrip(",")
-                seeds[container] = fields[2]
-                advertised[container] = fields[-1].rstrip(")")
-        last = done.stdout.strip().splitlines()[-1].split()
-        assert last[0] == "seeds" and last[1].split(",") == list(seeds.values())
-        yield Cluster(name, seeds, advertised, took)
-    finally:
-        subprocess.run(
-            [str(CONTAINERS / "down"), "--name", name, "--volumes"],
-            capture_output=True, env=engine_env(), timeout=120,
-        )  # fmt: skip
-
-
-def nimbuses(seeds: list[str]) -> list[dict[str, object]]:
-    shown = subprocess.run(
-        [NIMBUS, "nimbuses", "--json", "--seeds", ",".join(seeds)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
-    listed: list[dict[str, object]] = json.loads(shown.stdout)
-    return listed
-
-
-def one_leader_of_three(cluster: Cluster) -> str:
-    listed = nimbuses(list(cluster.seeds.values()))
-    leaders = [str(n["address"]) for n in listed if n["is_leader"]]
-    if len(listed) == 3 and len(leaders) == 1:
-        assert {str(n["address"]) for n in listed} == set(cluster.advertised.values())
-        return leaders[0]
-    return ""
+    with up_cluster(name, image.ref, replicas=3, supervisors=1,
+                    session_timeout=SESSION_TIMEOUT) as up:  # fmt: skip
+        print(f"\n{up.shown}up: ready in {up.up_s:.1f} s")
+        yield up
 
 
 def test_three_replicas_in_containers_elect_one_leader(cluster: Cluster) -> None:
@@ -215,71 +155,22 @@ def test_three_replicas_in_containers_elect_one_leader(cluster: Cluster) -> None
     assert "supervisor-1" in summary.stdout, "the supervisor container registered"
 
 
-def leader_now(seeds: list[str]) -> tuple[str, int] | None:
-    try:
-        with NimbusClient(seeds, read_deadline=1.0, per_seed_timeout=0.5) as client:
-            got = client.leader()
-        return got.replica_id, got.epoch
-    except Exception:
-        return None
-
-
-def fail_over(
-    cluster: Cluster,
-    fault: Callable[[str], object],
-    heal: Callable[[str], object],
-    what: str,
-    meanwhile: Callable[[], object] = lambda: None,
-) -> float:
-    """Inflict ``fault`` on the leader's container, return the seconds until another
-    replica leads with a newer epoch, then (after ``meanwhile``) ``heal`` it and wait for
-    three replicas again."""
-    old = wait_until(lambda: leader_now(list(cluster.seeds.values())), timeout=30,
-                     message="a leader")  # fmt: skip
-    assert old is not None
-    wait_until(lambda: one_leader_of_three(cluster), timeout=60, interval=0.5,
-               message="three replicas listed before the fault")  # fmt: skip
-    container = cluster.container_of(old[0])
-    survivors = cluster.seeds_without(container)
-    started = time.monotonic()
-    fault(container)
-    try:
-
-        def replaced() -> tuple[str, int] | None:
-            now = leader_now(survivors)
-            return now if now and now[0] != old[0] and now[1] > old[1] else None
-
-        new = wait_until(replaced, timeout=60, interval=0.05,
-                         message=f"a new leader after {what}")  # fmt: skip
-        assert new is not None
-        took = time.monotonic() - started
-        print(f"\n{what} of the leader {old[0]} (epoch {old[1]}): new leader {new[0]} "
-              f"(epoch {new[1]}) after {took:.2f} s")  # fmt: skip
-        meanwhile()
-    finally:
-        heal(container)
-    # Healed, the old leader rejoins as a follower: three listed, one leader.
-    wait_until(lambda: one_leader_of_three(cluster), timeout=60, interval=0.5,
-               message=f"three replicas again after healing {what}")  # fmt: skip
-    return took
-
-
 def test_a_killed_leader_container_is_replaced(cluster: Cluster) -> None:
     took = fail_over(
         cluster, lambda c: podman("kill", c), lambda c: podman("start", c), "podman kill"
-    )
+    ).took_s
     assert took < FAILOVER_BOUND_S, f"a new leader {took:.2f} s after the kill"
 
 
 def test_a_paused_leader_container_is_replaced(cluster: Cluster) -> None:
     took = fail_over(
         cluster, lambda c: podman("pause", c), lambda c: podman("unpause", c), "podman pause"
-    )
+    ).took_s
     assert took < SESSION_TIMEOUT + FAILOVER_BOUND_S
 
 
 def test_a_leader_cut_off_the_network_is_replaced(cluster: Cluster) -> None:
-    took = fail_over(cluster, cut(cluster), rejoin(cluster), "podman network disconnect")
+    took = fail_over(cluster, cut(cluster), rejoin(cluster), "podman network disconnect").took_s
     assert took < SESSION_TIMEOUT + FAILOVER_BOUND_S
 
 

@@ -20,15 +20,8 @@ from dataclasses import dataclass
 import pytest
 
 from tests.cluster import REPO
-from tests.test_containers import (
-    CONTAINERS,
-    NIMBUS,
-    SESSION_TIMEOUT,
-    Image,
-    engine_env,
-    image,
-    podman,
-)
+from tests.containers_cluster import CONTAINERS, NIMBUS, engine_env, podman
+from tests.test_containers import SESSION_TIMEOUT, Image, image
 from tests.test_containers_secure import SecureCluster, secure
 from tests.waiting import wait_until
 

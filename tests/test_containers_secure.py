@@ -29,17 +29,9 @@ from cluster.security.client import ClientSecurity
 from cluster.security.tls import load_client_tls
 from cluster.security.tokens import load_client_token
 from nimbus.client import NimbusClient
+from tests.containers_cluster import CONTAINERS, NIMBUS, engine_env, podman
 from tests.security_helpers import make_server_pki, write_secret
-from tests.test_containers import (
-    CONTAINERS,
-    FAILOVER_BOUND_S,
-    NIMBUS,
-    SESSION_TIMEOUT,
-    Image,
-    engine_env,
-    image,
-    podman,
-)
+from tests.test_containers import FAILOVER_BOUND_S, SESSION_TIMEOUT, Image, image
 from tests.waiting import wait_until
 
 __all__ = ["image"]  # the session's image fixture, shared with tests/test_containers.py
