@@ -173,8 +173,9 @@ def markdown(figures: dict[str, Any], rows: dict[str, dict[str, Any]]) -> str:
         f"--supervisors 0 --session-timeout {T:g}`, image `{figures['image']}` built from "
         f"code commit `{figures['code_commit']}`; {figures['podman']}. Seconds from the "
         "fault command's start to another replica answering as leader of a newer epoch "
-        f"(GetLeaderAddress polled every {POLL_S * 1000:g} ms from the host). Target: "
-        f"sigkill <= {TARGET_SIGKILL_S:g} s.",
+        f"(GetLeaderAddress polled every {POLL_S * 1000:g} ms from the host). sigkill: "
+        "`podman kill`, then `podman start`; pause: `podman pause` held only until the new "
+        f"leader answers, then `podman unpause`. Target: sigkill <= {TARGET_SIGKILL_S:g} s.",
         "",
         "| " + " | ".join(TABLE) + " |",
         "|" + "---|" * len(TABLE),
