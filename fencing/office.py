@@ -99,6 +99,7 @@ def take_office(
     beat: str | None = None,
     beat_data: bytes | None = None,
     reads: OfficeReads | None = None,
+    beat_exists: bool | None = None,
 ) -> int:
     """Become leader of a new epoch; returns the epoch number.
 
@@ -108,6 +109,8 @@ def take_office(
     the multi-op also writes it (``beat_data``, the claim it announces): taking office is
     the term's first beat. ``reads``: the first attempt's reads, sent earlier (any age:
     the multi-op checks everything it was decided from, and a conflict reads again).
+    ``beat_exists``: whether the beat node exists as its writer knows it, for the first
+    attempt (a read sent long before may predate the node); None: as read.
     """
     data = holder.encode() if beat_data is None else beat_data
     last_error: WriteConflictError | None = None
@@ -144,7 +147,8 @@ def take_office(
         if beat is not None and beat_read is not None:
             # Created here if the beater has not yet: a concurrent create loses the race
             # as a conflict, and the next attempt sets it.
-            there = beat_read.get() is not None
+            there = beat_read.get() is not None if beat_exists is None else beat_exists
+            beat_exists = None
             ops.append(SetData(beat, data) if there else Create(beat, data, ephemeral=True))
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)

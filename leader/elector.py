@@ -27,7 +27,7 @@ from fencing import CancelReason, FencingError, LeadershipToken, Membership
 from leader.cycle import CycleMachine, Decision, Verdict
 from leader.heartbeat import BeatListener
 from leader.pulse import Pulse
-from leader.read_ahead import ReadAheadLock, WinnerReads
+from leader.read_ahead import WinnerReads, queue_lock
 from leader.seat import Link, Seat
 from leader.settings import ElectorCallbacks, ElectorSettings, GateStage, History
 from leader.term import Tenure
@@ -195,7 +195,7 @@ class Elector:
             self._note(f"dropped our own leftover lock node {name}")
         if self._wait_until(queue.wake_at):  # at most one attempt per REQUEUE_BACKOFF
             return
-        lock = ReadAheadLock(self._client, self._paths, self._s.replica_id)
+        lock = queue_lock(self._client, self._paths, self._s.replica_id)
         if not self._seat.take(lock, self._stopping):
             return
         self._machine.queued(self._clock())
@@ -208,7 +208,8 @@ class Elector:
         lock_node = self._paths.lock_node_of(lock)
         if lock_node is None:  # acquire() names the node it made; never seen without one
             raise RuntimeError("won the lock without a lock node")
-        self._note(f"won the lock ({lock.node})")
+        ahead_went = ", the node ahead went: no listing" if lock.skipped_listing else ""
+        self._note(f"won the lock ({lock.node}{ahead_went})")
         self._tenure.run(lock, lock_node, lock.reads)
 
     # -- helpers ------------------------------------------------------------------------

@@ -132,6 +132,11 @@ class Beater:
             self._meter.answered(now, None)  # not ours to time
             return lease, beat_data(self._owner, lease)
 
+    def made(self, lock_node: str) -> bool:
+        """Whether we made the beat node of ``lock_node`` (and saw none of our beats find
+        it gone since): a write to it is then a set, not a create."""
+        return self._node == lock_node
+
     def start(self) -> None:
         self._thread.start()
 

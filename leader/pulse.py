@@ -64,6 +64,9 @@ class Pulse:
         lease, beat = self._beater.announce()
         return sent, lease, beat
 
+    def beat_made(self, lock_node: str) -> bool:
+        return self._beater.made(lock_node)
+
     def renew(self, sent: float, lease: float) -> None:
         """A beat written elsewhere, sent at ``sent`` announcing ``lease``, was acknowledged."""
         self.claim.renew(sent, lease)

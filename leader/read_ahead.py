@@ -1,23 +1,37 @@
-"""The winner's reads, sent right behind the lock queue's listing: a handover costs the
-lock's own round trips and the take-office multi-op, not a round trip per read between.
+"""The winner's reads, sent before it wins: a planned handover costs the old leader's
+delete and our take-office multi-op, not a listing and a round trip of reads between.
 
-Safe because ZooKeeper answers one session's requests in the order sent: reads queued
-after the listing that shows our node first are answered from a state at least as new as
-that listing. By then every node ahead of ours is gone (nodes only join behind), so no
-fenced write of an earlier term can land after them: they are as fresh as reads sent after
-``acquire`` returned. The code gate after winning (``/storms``), ``step_aside``
-(``/handover``, ``/leader-epoch``) and ``take_office`` decide from them; the multi-op still
-checks everything it was decided from.
+The code gate after winning (``/storms``), ``step_aside`` (``/handover``, ``/leader-epoch``)
+and ``take_office`` decide from reads that must be as fresh as reads sent once every lock
+node ahead of ours is gone: from then on no fenced write of an earlier term can land.
+Two ways to have them without a round trip after winning:
+
+- Behind every listing of the queue: ZooKeeper answers one session's requests in the
+  order sent, so reads queued right after the listing that shows our node first answer
+  from a state at least as new as it, and nodes ahead never reappear (they only join
+  behind, with higher sequence numbers).
+- Next in line (one node ahead): the same reads again, after watches armed on all three
+  paths (a child watch on ``/storms``, data watches on the other two). ZooKeeper delivers
+  one session's events in the order the changes happened, and kazoo runs watch callbacks
+  on one thread in that order; so when the node ahead's deletion arrives and none of those
+  watches fired, nor did the connection drop (watches fired on reconnect come in no useful
+  order), nothing they read changed before the deletion: we won, with those reads, and
+  kazoo's listing is skipped. Any change, or a drop, and the listing runs as kazoo's does.
+
+Either way the multi-op still checks everything it was decided from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
-from kazoo.retry import ForceRetryError
+from kazoo.exceptions import KazooException
 from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.recipe.lock import Lock
+from kazoo.retry import ForceRetryError
 
 from cluster.paths import Paths
 from fencing.office import OfficeReads, send_office_reads
@@ -41,19 +55,52 @@ def send_winner_reads(client: KazooClient, paths: Paths, lock_node: str) -> Winn
     )
 
 
+@dataclass
+class _NextInLine:
+    """Reads sent while one node (``predecessor``) was ahead of ours (``node``), behind
+    watches on what they read; ``changed`` once any of those fired or the connection
+    changed state."""
+
+    predecessor: str
+    node: str
+    reads: WinnerReads
+    storms_watch: IAsyncResult  # the child watch is armed only if this listing succeeds
+    changed: threading.Event = field(default_factory=threading.Event)
+
+
+def queue_lock(client: KazooClient, paths: Paths, identifier: str) -> ReadAheadLock:
+    """A place in the lock queue: the one kazoo recipe outside ``fencing/`` that writes
+    (its own lock node; tests/test_write_discipline.py holds every other module to that)."""
+    return ReadAheadLock(client, paths, identifier)
+
+
 class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
-    """kazoo's ``Lock`` on the lock queue whose every listing is followed at once, in the
-    same session, by the winner's reads; ``reads`` holds the last ones sent, which are
-    those behind the winning listing once ``acquire`` returns True."""
+    """kazoo's ``Lock`` on the lock queue with the winner's reads sent ahead (see the
+    module's doc): ``reads`` holds those to decide from once ``acquire`` returns True.
+
+    The elector's thread lists; kazoo's event thread sees the watches fire (and sends the
+    reads again after a change) and the node ahead go; kazoo's connection thread sees the
+    connection change. ``_guard`` keeps the three to one view of what is next in line.
+    """
 
     def __init__(self, client: KazooClient, paths: Paths, identifier: str) -> None:
         super().__init__(client, paths.leader_lock, identifier=identifier)
         self._paths = paths
         self.reads: WinnerReads | None = None
+        self.skipped_listing = False  # won on the deletion of the node ahead
+        self._guard = threading.Lock()
+        self._next: _NextInLine | None = None
+        self._won_by: _NextInLine | None = None
+        self._listening = False
 
     def _get_predecessor(self, node: str) -> str | None:
-        """kazoo's (2.10-2.11), but the listing is sent without waiting and the reads go
-        out behind it; the predecessor is found from the listing as kazoo does."""
+        """kazoo's (2.11), with the reads sent behind the listing, and no listing at all
+        when the node ahead went while what we read stayed put."""
+        with self._guard:
+            won, self._won_by, self._next = self._won_by, None, None
+        if won is not None and self._still_valid(won):
+            self.reads, self.skipped_listing = won.reads, True
+            return None
         listing = self.client.get_children_async(self.path)
         self.reads = send_winner_reads(self.client, self._paths, self._paths.lock_node(node))
         children = listing.get()
@@ -71,4 +118,58 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
         if not ahead:
             return None
         predecessor: str = max(ahead, key=lambda m: m.groups()).string
+        if len(ahead) == 1:
+            with self._guard:
+                self._next = self._read_watched(self._paths.lock_node(predecessor), node)
         return predecessor
+
+    def _still_valid(self, won: _NextInLine) -> bool:
+        """The child watch on ``/storms`` was armed (its listing is answered by now, or
+        soon: sent before the deletion, or after it and then fresh anyway)."""
+        try:
+            won.storms_watch.get()
+        except KazooException:
+            return False
+        return not won.changed.is_set()
+
+    def _read_watched(self, predecessor: str, node: str) -> _NextInLine:
+        """Under the guard: arm the watches, then send the reads they guard."""
+        if not self._listening:
+            self.client.add_listener(self._on_state)
+            self._listening = True
+        storms_watch = self.client.get_children_async(self._paths.storms, watch=self._on_change)
+        self.client.exists_async(self._paths.handover, watch=self._on_change)
+        self.client.exists_async(self._paths.leader_epoch, watch=self._on_change)
+        reads = send_winner_reads(self.client, self._paths, self._paths.lock_node(node))
+        return _NextInLine(predecessor, node, reads, storms_watch)
+
+    def _on_change(self, _: WatchedEvent) -> None:
+        """kazoo's event thread: what we read changed; read it again, behind new watches."""
+        with self._guard:
+            watched = self._next
+            if watched is not None:
+                watched.changed.set()
+                self._next = self._read_watched(watched.predecessor, watched.node)
+
+    def _on_state(self, _: str) -> bool:
+        """kazoo's connection thread: watches fired on a reconnect come in no useful order;
+        until the next listing, the node ahead's deletion is no win."""
+        with self._guard:
+            if self._next is not None:
+                self._next.changed.set()
+            self._listening = False
+        return True  # kazoo drops a listener that returns True
+
+    def _watch_predecessor(self, event: WatchedEvent) -> None:
+        """kazoo's event thread: every earlier event's callback has run, so ``changed``
+        says whether anything our reads read changed before this deletion."""
+        with self._guard:
+            watched = self._next
+            if (
+                watched is not None
+                and event.type == EventType.DELETED
+                and event.path == watched.predecessor
+                and not watched.changed.is_set()
+            ):
+                self._won_by = watched
+        super()._watch_predecessor(event)

@@ -164,6 +164,7 @@ class Tenure:
                 now_ms=self._wall_ms, timeout=self._s.session_timeout,
                 beat=self._paths.beat(lock_node), beat_data=beat,
                 reads=None if reads is None else reads.office,
+                beat_exists=self._pulse.beat_made(lock_node),
             )  # fmt: skip
         except (NotLeaderError, WriteConflictError) as e:
             self._office_failed(lock, OfficeOutcome.REFUSED, e)

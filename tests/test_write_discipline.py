@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXEMPT = {"fencing", "tests", "bench", ".venv", "build"}
 
 #: The lock queue: the one module that may build kazoo's Lock recipe (its own lock node).
-LOCK_QUEUE = "leader/elector.py"
+LOCK_QUEUE = "leader/read_ahead.py"
 
 # kazoo methods that change state; none of them has an unrelated common meaning.
 WRITE_METHODS = {
@@ -98,15 +98,18 @@ def _fenced_writers(tree: ast.Module) -> set[str]:
     return declared
 
 
-def _recipe_names(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """Local names bound to a writing recipe's class, and to a writing recipe's module."""
+def _recipe_names(
+    tree: ast.Module, project_recipes: frozenset[str] = frozenset()
+) -> tuple[set[str], set[str]]:
+    """Local names bound to a writing recipe's class (kazoo's, or a project class deriving
+    from one: ``project_recipes``, dotted), and to a writing recipe's module."""
     classes: set[str] = set()
     modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module is not None:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
-                if node.module in WRITING_RECIPES:
+                if node.module in WRITING_RECIPES or full in project_recipes:
                     classes.add(alias.asname or alias.name)
                 elif full in WRITING_RECIPES:
                     modules.add(alias.asname or alias.name)
@@ -129,14 +132,49 @@ def _builds_recipe(call: ast.Call, classes: set[str], modules: set[str]) -> bool
     return func.attr in CLIENT_RECIPES and _looks_like_client(owner)  # client.Lock(...)
 
 
-def violations_in(source: str, filename: str, *, recipes_allowed: bool = False) -> list[str]:
+def _recipe_bases(node: ast.ClassDef, classes: set[str], modules: set[str]) -> list[str]:
+    """The bases of ``node`` that are writing recipes: deriving from one builds one."""
+    return [
+        ast.unparse(base)
+        for base in node.bases
+        if (isinstance(base, ast.Name) and base.id in classes)
+        or (
+            isinstance(base, ast.Attribute)
+            and (ast.unparse(base.value) in modules or ast.unparse(base.value) in WRITING_RECIPES)
+        )
+    ]
+
+
+def recipe_subclasses(source: str, module: str) -> set[str]:
+    """Dotted names of the classes ``source`` (module ``module``) derives from a recipe."""
+    tree = ast.parse(source)
+    classes, modules = _recipe_names(tree)
+    return {
+        f"{module}.{node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and _recipe_bases(node, classes, modules)
+    }
+
+
+def violations_in(
+    source: str,
+    filename: str,
+    *,
+    recipes_allowed: bool = False,
+    project_recipes: frozenset[str] = frozenset(),
+) -> list[str]:
     """Every ZooKeeper write (or writing recipe built) in ``source`` outside ``fencing/``."""
     tree = ast.parse(source, filename)
     writers = _fenced_writers(tree)
-    classes, modules = _recipe_names(tree)
+    classes, modules = _recipe_names(tree, project_recipes)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     found: list[str] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and not recipes_allowed:
+            found += [
+                f"{filename}:{node.lineno}: {base} (a recipe)"
+                for base in _recipe_bases(node, classes, modules)
+            ]
         if (
             isinstance(node, ast.Call)
             and not recipes_allowed
@@ -171,11 +209,22 @@ def project_modules(root: Path = REPO) -> list[Path]:
 
 
 def scan(root: Path = REPO) -> list[str]:
-    """Every violation under ``root``; only ``LOCK_QUEUE`` may build a recipe."""
+    """Every violation under ``root``; only ``LOCK_QUEUE`` may build a recipe (kazoo's, or
+    a class of ours deriving from one)."""
+    modules = project_modules(root)
+    dotted = {p: ".".join(p.relative_to(root).with_suffix("").parts) for p in modules}
+    project_recipes = frozenset(
+        name for p in modules for name in recipe_subclasses(p.read_text(), dotted[p])
+    )
     found: list[str] = []
-    for path in project_modules(root):
+    for path in modules:
         name = path.relative_to(root).as_posix()
-        found += violations_in(path.read_text(), name, recipes_allowed=name == LOCK_QUEUE)
+        found += violations_in(
+            path.read_text(),
+            name,
+            recipes_allowed=name == LOCK_QUEUE,
+            project_recipes=project_recipes,
+        )
     return found
 
 
@@ -265,3 +314,25 @@ def test_a_planted_recipe_module_outside_fencing_fails_the_scan(tmp_path: Path) 
         "        pass\n"
     )
     assert scan(tmp_path) == ["pipeline/sneaky.py:4: Lock (a recipe)"]
+
+
+def test_the_scan_sees_a_recipe_through_a_class_deriving_from_it(tmp_path: Path) -> None:
+    """A class of ours deriving from kazoo's Lock is that recipe: deriving from it outside
+    the lock queue, or building the lock queue's own class elsewhere, is named."""
+    (tmp_path / "leader").mkdir()
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / LOCK_QUEUE).write_text(
+        "from kazoo.recipe.lock import Lock\n\nclass QueueLock(Lock):\n    pass\n"
+    )
+    module = LOCK_QUEUE.removesuffix(".py").replace("/", ".")
+    (tmp_path / "pipeline" / "sneaky.py").write_text(
+        f"from {module} import QueueLock\n"
+        "from kazoo.recipe import lock\n\n"
+        "class Mine(lock.Lock):\n"
+        "    pass\n\n"
+        "QueueLock(client, '/storm/storms/x').acquire()\n"
+    )
+    assert scan(tmp_path) == [
+        "pipeline/sneaky.py:4: lock.Lock (a recipe)",
+        "pipeline/sneaky.py:7: QueueLock (a recipe)",
+    ]
