@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,15 +23,22 @@ SLOW_DISK = "slow-disk"
 
 
 def schedule(
-    systems: Sequence[str], faults: Sequence[str], trials: int
+    systems: Sequence[str],
+    faults: Sequence[str],
+    trials: int,
+    rounds: Mapping[str, int] | None = None,
 ) -> list[tuple[int, str, str]]:
     """``(round, fault, system)`` in run order: round i of every fault and system before
-    round i + 1, the systems' order rotated by one each round (no system always first)."""
+    round i + 1, the systems' order rotated by one each round (no system always first).
+    ``rounds``: a fault's own number of rounds where it is not ``trials``."""
+    per_fault = {f: (rounds or {}).get(f, trials) for f in faults}
     order: list[tuple[int, str, str]] = []
-    for i in range(trials):
+    for i in range(max(per_fault.values(), default=0)):
         shift = i % len(systems) if systems else 0
         rotated = [*systems[shift:], *systems[:shift]]
         for fault in faults:
+            if i >= per_fault[fault]:
+                continue
             for system in rotated:
                 order.append((i, fault, system))
     return order

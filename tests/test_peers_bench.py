@@ -62,6 +62,18 @@ def test_quick_is_one_trial_per_fault_and_system(peers: Any) -> None:
     assert sorted((f, s) for _, f, s in order) == sorted((f, s) for f in FAULTS for s in SYSTEMS)
 
 
+def test_a_fault_may_have_rounds_of_its_own(peers: Any) -> None:
+    # --quick: five graceful rounds (a median to compare), one of every other fault.
+    order = peers.schedule(SYSTEMS, FAULTS, 1, {"graceful": 5})
+    assert sorted((f, s) for r, f, s in order if r == 0) == sorted(
+        (f, s) for f in FAULTS for s in SYSTEMS
+    )
+    assert {f for r, f, _ in order if r > 0} == {"graceful"}
+    assert all(sum(1 for _, f, s in order if f == "graceful" and s == x) == 5 for x in SYSTEMS)
+    firsts = [next(s for r, f, s in order if r == i) for i in range(4)]
+    assert sorted(firsts) == sorted(SYSTEMS)  # rotated, as every round
+
+
 def test_lead_lines_of_each_system(peers: Any) -> None:
     assert peers.parse_lead("curator", "I lead 1764079200123\n", 5.0) == 1764079200.123
     assert peers.parse_lead("kazoo", "I lead 1764079200123", 5.0) == 1764079200.123
