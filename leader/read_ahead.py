@@ -100,6 +100,7 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
             won, self._won_by, self._next = self._won_by, None, None
         if won is not None and self._still_valid(won):
             self.reads, self.skipped_listing = won.reads, True
+            self._stop_listening()
             return None
         listing = self.client.get_children_async(self.path)
         self.reads = send_winner_reads(self.client, self._paths, self._paths.lock_node(node))
@@ -116,6 +117,7 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
         if not found_self:  # our node went with a session kazoo recovered from: kazoo retries
             raise ForceRetryError()
         if not ahead:
+            self._stop_listening()
             return None
         predecessor: str = max(ahead, key=lambda m: m.groups()).string
         if len(ahead) == 1:
@@ -142,6 +144,18 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
         self.client.exists_async(self._paths.leader_epoch, watch=self._on_change)
         reads = send_winner_reads(self.client, self._paths, self._paths.lock_node(node))
         return _NextInLine(predecessor, node, reads, storms_watch)
+
+    def cancel(self) -> None:
+        self._stop_listening()
+        super().cancel()
+
+    def _stop_listening(self) -> None:
+        """Our place is decided: no connection listener left behind with the lock."""
+        with self._guard:
+            self._next = None
+            if self._listening:
+                self.client.remove_listener(self._on_state)
+                self._listening = False
 
     def _on_change(self, _: WatchedEvent) -> None:
         """kazoo's event thread: what we read changed; read it again, behind new watches."""
