@@ -18,7 +18,10 @@ Two ways to have them without a round trip after winning:
   order), nothing they read changed before the deletion: we won, with those reads, and
   kazoo's listing is skipped. Any change, or a drop, and the listing runs as kazoo's does.
 
-Either way the multi-op still checks everything it was decided from.
+Either way the multi-op still checks everything it was decided from. The child watch
+costs a listing of ``/storms`` on the election session, so a replica arms only while that
+folder is small (``WATCHED_STORMS_MAX``); beyond it, a handover lists the queue as kazoo
+does (bulk reads stay off the election session: DESIGN, item 8).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def send_winner_reads(client: KazooClient, paths: Paths, lock_node: str) -> Winn
         handover=client.get_async(paths.handover),
         office=send_office_reads(client, paths, paths.beat(lock_node)),
     )
+
+
+#: Topologies up to which the replica next in line lists ``/storms`` to watch it.
+WATCHED_STORMS_MAX = 1000
 
 
 @dataclass
@@ -120,7 +127,7 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
             self._stop_listening()
             return None
         predecessor: str = max(ahead, key=lambda m: m.groups()).string
-        if len(ahead) == 1:
+        if len(ahead) == 1 and _few(self.reads.storms):
             with self._guard:
                 self._next = self._read_watched(self._paths.lock_node(predecessor), node)
         return predecessor
@@ -163,7 +170,9 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
             watched = self._next
             if watched is not None:
                 watched.changed.set()
-                self._next = self._read_watched(watched.predecessor, watched.node)
+                self._next = None
+                if _few(watched.reads.storms, wait=False):
+                    self._next = self._read_watched(watched.predecessor, watched.node)
 
     def _on_state(self, _: str) -> bool:
         """kazoo's connection thread: watches fired on a reconnect come in no useful order;
@@ -187,3 +196,15 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
             ):
                 self._won_by = watched
         super()._watch_predecessor(event)
+
+
+def _few(storms: IAsyncResult, *, wait: bool = True) -> bool:
+    """``/storms`` (its stat, read) holds at most ``WATCHED_STORMS_MAX`` topologies; False
+    when it could not be read, or (``wait`` False: kazoo's event thread) not yet."""
+    if not wait and not storms.ready():
+        return False
+    try:
+        stat = storms.get()
+    except KazooException:
+        return False
+    return stat is not None and int(stat.numChildren) <= WATCHED_STORMS_MAX

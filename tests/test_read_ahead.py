@@ -9,10 +9,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from kazoo.client import KazooClient
 
 from cluster.paths import Paths
 from fencing.membership import ensure_folders
+from leader import read_ahead
 from leader.read_ahead import ReadAheadLock, queue_lock
 from tests.waiting import wait_until
 from tests.zk_fixtures import kazoo_session
@@ -81,3 +83,24 @@ def test_a_topology_added_just_before_the_node_ahead_goes_is_in_the_winners_read
 def _first(client: KazooClient) -> str:
     names = client.get_children(Paths(ROOT).leader_lock)
     return str(min(names, key=lambda n: n[-10:]))
+
+
+def test_a_large_storms_folder_is_not_listed_to_watch_it(
+    zk_client: KazooClient, zk_hosts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bulk reads stay off the election session: past the bound, a handover lists.
+    monkeypatch.setattr(read_ahead, "WATCHED_STORMS_MAX", 0)
+    paths = Paths(ROOT)
+    ensure_folders(zk_client, paths.folders())
+    zk_client.create(paths.storm("t-1"), b"")
+    assert queue_lock(zk_client, paths, "holder:1").acquire(timeout=10)
+    with kazoo_session(zk_hosts) as follower:
+        lock = queue_lock(follower, paths, "follower:1")
+        waiter = threading.Thread(target=lock.acquire, daemon=True)
+        waiter.start()
+        wait_until(lambda: len(zk_client.get_children(paths.leader_lock)) == 2, timeout=10)
+        wait_until(lambda: lock.reads is not None and lock.reads.storms.ready(), timeout=10)
+        assert lock._next is None  # not armed
+        zk_client.delete(paths.lock_node(_first(zk_client)))
+        waiter.join(10)
+        assert lock.is_acquired and not lock.skipped_listing
