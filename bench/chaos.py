@@ -348,7 +348,7 @@ def main() -> int:
             size=3,
             base_dir=args.keep_logs / "zookeeper" if args.keep_logs else None,
             force_sync=slow,
-            extra_config=(slow_disk.FSYNC_WARNING_CONFIG,) if slow else (),
+            extra_config=slow_disk.ensemble_config(args.session_timeout) if slow else (),
         ) as zk,
         contextlib.nullcontext(str(args.keep_logs))
         if args.keep_logs is not None

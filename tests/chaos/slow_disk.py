@@ -50,6 +50,20 @@ FSYNC_WARNING = re.compile(r"fsync-ing the write ahead log in (\S+) took (\d+)ms
 #: The threshold the benches set with the stall (ZooKeeper's default is 1000 ms), so the
 #: log also shows the delays below a second: ``ZooKeeperCluster(extra_config=...)``.
 FSYNC_WARNING_CONFIG = "fsync.warningthresholdms=200"
+
+
+def ensemble_config(session_timeout: float, tick_ms: int = 200) -> tuple[str, ...]:
+    """The ensemble's settings for slow-disk rows: the warning threshold, and at long
+    sessions ZooKeeper's own default follower deadline (syncLimit 5 x tickTime 2000 =
+    10 s) instead of the project's 3 s. With 2 s fsyncs a follower's ACK takes longer than
+    3 s, and ZooKeeper's leader drops its followers ("transaction timeout"): the ensemble
+    itself loses its quorum and every client its connection, which no client can ride."""
+    lines = [FSYNC_WARNING_CONFIG]
+    if session_timeout >= 10:
+        lines.append(f"syncLimit={-(-10_000 // tick_ms)}")
+    return tuple(lines)
+
+
 #: The node the admin client times its writes on (outside the cluster's root).
 PROBE_NODE = "/chaos-slow-disk-probe"
 #: The session of that client (seconds).
