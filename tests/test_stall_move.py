@@ -29,7 +29,7 @@ from fencing import ensure_folders
 from fencing.lease import Lease
 from leader.heartbeat import BeatAck, Beater
 from leader.settings import BeatSettings
-from nimbus.server.stall_move import StallMove, StallRule, move_on_stalls
+from nimbus.server.stall_move import StallMove, StallRule, follow_stalls
 from tests.chaos.slow_disk import FsyncStall
 from tests.waiting import wait_until
 
@@ -45,8 +45,16 @@ STRACE_LOGS = Path(tempfile.gettempdir()) / "stall-move-strace"
 Wiring = Callable[[Beater, ServerMover], object]
 
 
+class _Heard:
+    """A bare beater's events as the elector reports them (``on_beat``, ``on_stall``)."""
+
+    def __init__(self, beater: Beater) -> None:
+        self.on_beat = beater.add_listener
+        self.on_stall = beater.on_stall
+
+
 def production_wiring(beater: Beater, mover: ServerMover) -> object:
-    return move_on_stalls(beater, mover, BEATS, T)
+    return follow_stalls(_Heard(beater), mover, BEATS, T)
 
 
 # -- the rule, on a fake clock ---------------------------------------------------------------

@@ -39,29 +39,32 @@ CurrentWriter = Callable[[], FencedWriter | None]
 
 
 def lock_queue(client: KazooClient, paths: Paths) -> list[tuple[str, str]]:
-    """The lock queue in order: (lock node path, replica id) of each queued replica."""
+    """The lock queue in order: (lock node path, replica id) of each queued replica. The
+    nodes' reads go out together: one round trip, not one a replica."""
     try:
         names = client.get_children(paths.leader_lock)
     except NoNodeError:
         return []
+    sent = [(paths.lock_node(n), client.get_async(paths.lock_node(n))) for n in names]
     queue = []
-    for name in sorted(names, key=lock_sequence):
-        path = paths.lock_node(name)
+    for path, read in sorted(sent, key=lambda item: lock_sequence(item[0])):
         try:
-            queue.append((path, client.get(path)[0].decode()))
+            queue.append((path, read.get()[0].decode()))
         except (NoNodeError, UnicodeDecodeError):
-            continue
+            continue  # left the queue meanwhile
     return queue
 
 
 def lacking_code(client: KazooClient, paths: Paths, replica_id: str) -> list[str]:
-    """Names of the live topologies whose code ``replica_id`` has not registered."""
-    return sorted(
-        base.name
+    """Names of the live topologies whose code ``replica_id`` has not registered (the
+    holder stats go out together)."""
+    live = {
+        tid: base
         for tid, base in read_storms(client, paths).items()
         if base.status not in (records.KILLED, records.CODE_MISSING)
-        and client.exists(paths.code_holder(tid, replica_id)) is None
-    )
+    }
+    sent = {tid: client.exists_async(paths.code_holder(tid, replica_id)) for tid in live}
+    return sorted(live[tid].name for tid, held in sent.items() if held.get() is None)
 
 
 class Handover:
@@ -120,7 +123,7 @@ class Handover:
         """The replica to hand over to, checked; ``ApiError`` naming why it cannot be."""
         if to == self._id:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"{to} is the leader itself")
-        queue = [(node, rid) for node, rid in lock_queue(self._client, self._paths)]
+        queue = lock_queue(self._client, self._paths)
         behind = [rid for node, rid in queue if node != own_node and rid != self._id]
         if not to:
             if not behind:

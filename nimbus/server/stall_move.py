@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from cluster.server_move import Move, ServerMover
-from leader.heartbeat import BeatAck, Beater, BeatListener
+from leader.heartbeat import BeatAck, BeatListener
 from leader.settings import LATENCY_MEMORY, BeatSettings
 
 log = logging.getLogger(__name__)
@@ -138,18 +138,6 @@ class StallMove:
                 self._busy = False
 
 
-def _stall_move_for(
-    mover: ServerMover, beats: BeatSettings, session_timeout: float
-) -> StallMove | None:
-    """The stall move for these settings; None when no threshold fits in half the session
-    (the move could not land before the session expires). The caller feeds it our beats'
-    acknowledgements (``beat_acked``) and stalls (``rule.threshold``, ``stalled``)."""
-    floor = max(beats.silence_window / 2, 4 * beats.interval)
-    if 2 * floor > session_timeout:
-        return None
-    return StallMove(StallRule(floor=floor, ceiling=session_timeout / 2), mover.move)
-
-
 class BeatEvents(Protocol):
     """Where our beats are heard (the ``Elector``): each acknowledgement, each stall."""
 
@@ -161,20 +149,12 @@ class BeatEvents(Protocol):
 def follow_stalls(
     events: BeatEvents, mover: ServerMover, beats: BeatSettings, session_timeout: float
 ) -> StallMove | None:
-    """Have the stalls of the beats ``events`` reports move us off our server."""
-    stalls = _stall_move_for(mover, beats, session_timeout)
-    if stalls is not None:
-        events.on_beat(stalls.beat_acked)
-        events.on_stall(stalls.rule.threshold, stalls.stalled)
-    return stalls
-
-
-def move_on_stalls(
-    beater: Beater, mover: ServerMover, beats: BeatSettings, session_timeout: float
-) -> StallMove | None:
-    """The same for a bare ``Beater`` (no elector around it)."""
-    stalls = _stall_move_for(mover, beats, session_timeout)
-    if stalls is not None:
-        beater.add_listener(stalls.beat_acked)
-        beater.on_stall(stalls.rule.threshold, stalls.stalled)
+    """Have the stalls of the beats ``events`` reports move us off our server; None when
+    no threshold fits in half the session (the move could not land before it expires)."""
+    floor = max(beats.silence_window / 2, 4 * beats.interval)
+    if 2 * floor > session_timeout:
+        return None
+    stalls = StallMove(StallRule(floor=floor, ceiling=session_timeout / 2), mover.move)
+    events.on_beat(stalls.beat_acked)
+    events.on_stall(stalls.rule.threshold, stalls.stalled)
     return stalls
