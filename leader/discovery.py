@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from cluster.api import records
+from cluster.async_watch import ChildrenWatch, DataWatch
 from cluster.paths import Paths
 from cluster.threads import guarded
 
@@ -78,9 +77,11 @@ class LeaderCache:
 
     def start(self) -> None:
         self._watcher.start()
-        DataWatch(self._client, self._paths.leader_epoch, self._on_epoch)
-        ChildrenWatch(self._client, self._paths.leader_lock, self._on_lock_children)
-        ChildrenWatch(self._client, self._paths.nimbuses, self._on_nimbus_children)
+        # Watches that never wait on kazoo's event thread (cluster.async_watch): the
+        # elector's own watches (the node ahead going) are not held up behind our reads.
+        DataWatch(self._client, self._paths.leader_epoch, self._on_epoch).start()
+        ChildrenWatch(self._client, self._paths.leader_lock, self._on_lock_children).start()
+        ChildrenWatch(self._client, self._paths.nimbuses, self._on_nimbus_children).start()
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Called (without arguments) after every change, from kazoo's event thread."""
@@ -180,12 +181,16 @@ class LeaderCache:
             self._watch_nimbus(name)
 
     def _watch_nimbus(self, name: str) -> None:
-        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+        watch: DataWatch | None = None
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
             with self._guard:
                 if name not in self._watched_nimbuses:
                     self._nimbuses.pop(name, None)
                     self._sessions.pop(name, None)
-                    return False  # stop watching a replica that left
+                    if watch is not None:
+                        watch.stop()  # a replica that left
+                    return
                 if data is None or stat is None:
                     self._nimbuses.pop(name, None)
                     self._sessions.pop(name, None)
@@ -196,9 +201,6 @@ class LeaderCache:
                     except DecodeError:
                         log.warning("ignoring a damaged record for replica %s", name)
             self._notify()
-            return None
 
-        try:
-            DataWatch(self._client, self._paths.nimbus(name), on_data)
-        except (KazooException, NoNodeError) as e:
-            log.warning("could not watch replica %s: %s", name, e)
+        watch = DataWatch(self._client, self._paths.nimbus(name), on_data)
+        watch.start()

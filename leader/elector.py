@@ -54,6 +54,7 @@ class Elector:
         self._wake = threading.Event()  # code may have arrived, or stop
         self._seat = Seat(client, self._paths, release_timeout=settings.session_timeout / 3)
         self._link = Link(client, on_lost=self._connection_lost)
+        self._released = threading.Event()  # a stop left the queue
         self._pulse = Pulse(
             client, settings, own_node=self._seat.lock_node, on_lock_gone=self._lock_gone,
             clock=clock,
@@ -63,7 +64,7 @@ class Elector:
         self._tenure = Tenure(
             client, settings, callbacks, machine=self._machine, seat=self._seat,
             link=self._link, pulse=self._pulse, stopping=self._stopping, gate=self._gate,
-            note=self._note, clock=clock, wall_ms=wall_ms,
+            note=self._note, clock=clock, wall_ms=wall_ms, released=self._released,
         )  # fmt: skip
         self._running = True
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
@@ -91,6 +92,7 @@ class Elector:
                 # the token cancelled nothing of this term claims, and the delete fails
                 # every fenced write still in flight, so the next replica need not wait.
                 self._seat.release(lock)
+        self._released.set()
         self._thread.join(timeout)
         self._seat.release(lock)
         self._pulse.stop()

@@ -31,6 +31,9 @@ from leader.settings import CodeGate, ElectorCallbacks, ElectorSettings, GateSta
 
 log = logging.getLogger(__name__)
 
+#: Longest a stopping leader's teardown waits for its lock node's delete, in seconds.
+HAND_OVER_WAIT = 1.0
+
 
 def lead_term(
     epoch: int,
@@ -39,10 +42,11 @@ def lead_term(
     callbacks: ElectorCallbacks,
     *,
     note: Callable[[str], None],
+    before_teardown: Callable[[], object] = lambda: None,
 ) -> None:
     """``on_elected``, the term until its token is cancelled, then ``on_deposed`` whatever
     happened: a failing ``on_elected`` must not leave the term's signs (role, label,
-    metrics) on."""
+    metrics) on. ``before_teardown``: what ``on_deposed`` waits for (a stop's delete)."""
     try:
         if not token.cancelled and callbacks.on_elected is not None:
             callbacks.on_elected(epoch, token, writer)
@@ -51,6 +55,7 @@ def lead_term(
         token.cancel(CancelReason.ELECTOR_ERROR, f"{type(e).__name__}: {e}")
         raise
     finally:
+        before_teardown()
         note(f"deposed: {token.why}")
         callbacks.on_deposed(token.why)
 
@@ -117,11 +122,13 @@ class Tenure:
         note: Callable[[str], None],
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
+        released: threading.Event,
     ) -> None:
         self._client, self._s, self._paths, self._do = client, settings, settings.paths, callbacks
         self._machine, self._seat, self._link, self._pulse = machine, seat, link, pulse
         self._stopping, self._gate, self._note = stopping, gate, note
         self._clock, self._wall_ms = clock, wall_ms
+        self._released = released
         self.epoch = 0  # of the current or last term (0 before the first)
 
     def _step_aside(self, reads: WinnerReads | None) -> str | None:
@@ -217,7 +224,10 @@ class Tenure:
                     prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
                 except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
                     log.warning("could not prune old epochs: %s", e)
-            lead_term(epoch, token, writer, self._do, note=self._note)
+            lead_term(
+                epoch, token, writer, self._do, note=self._note,
+                before_teardown=self._hand_over_first,
+            )  # fmt: skip
             self._machine.term_ended(token.reason, stopping=self._stopping.is_set())
             decision = self._machine.decide(self._clock())
             if decision.verdict is Verdict.STOP:
@@ -230,6 +240,13 @@ class Tenure:
                 return
             self._note(f"resumed, epoch {epoch}")
             resumed = True
+
+    def _hand_over_first(self) -> None:
+        """A stopping leader's teardown (duties, registry, labels: requests and CPU) waits
+        until its lock node's delete is out: the next replica's take-office is not queued
+        behind it (bounded: a stop that hangs is the shutdown grace's business)."""
+        if self._stopping.is_set():
+            self._released.wait(HAND_OVER_WAIT)
 
     def _term_survived(self, lock: Lock, lock_node: str, session: int | None, epoch: int) -> bool:
         """After a dropped connection: True to resume the term; False once it ended (the
