@@ -4,6 +4,7 @@ verdict), and the watch on its lock node."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -42,14 +43,18 @@ def lead_term(
     callbacks: ElectorCallbacks,
     *,
     note: Callable[[str], None],
+    after_elected: Callable[[], object] | None = None,
     before_teardown: Callable[[], object] = lambda: None,
 ) -> None:
     """``on_elected``, the term until its token is cancelled, then ``on_deposed`` whatever
     happened: a failing ``on_elected`` must not leave the term's signs (role, label,
-    metrics) on. ``before_teardown``: what ``on_deposed`` waits for (a stop's delete)."""
+    metrics) on. ``after_elected``: the term's housekeeping, once the duties run;
+    ``before_teardown``: what ``on_deposed`` waits for (a stop's delete)."""
     try:
         if not token.cancelled and callbacks.on_elected is not None:
             callbacks.on_elected(epoch, token, writer)
+        if not token.cancelled and after_elected is not None:
+            after_elected()
         token.wait()
     except BaseException as e:
         token.cancel(CancelReason.ELECTOR_ERROR, f"{type(e).__name__}: {e}")
@@ -219,13 +224,9 @@ class Tenure:
                 # The leases lapsed with the connection: renew them before handing out the
                 # writer, or the first writes of the resumed term would be refused.
                 self._pulse.renew_now()
-            else:
-                try:
-                    prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
-                except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
-                    log.warning("could not prune old epochs: %s", e)
             lead_term(
                 epoch, token, writer, self._do, note=self._note,
+                after_elected=None if resumed else functools.partial(self._prune, writer),
                 before_teardown=self._hand_over_first,
             )  # fmt: skip
             self._machine.term_ended(token.reason, stopping=self._stopping.is_set())
@@ -240,6 +241,14 @@ class Tenure:
                 return
             self._note(f"resumed, epoch {epoch}")
             resumed = True
+
+    def _prune(self, writer: FencedWriter) -> None:
+        """After ``on_elected``: a read and a write that, before the duties, delayed them
+        (and every read queued behind) by three fsyncs' wait on a slow ZooKeeper."""
+        try:
+            prune_epochs(writer, self._client, self._paths, keep=self._s.epochs_kept)
+        except (NotLeaderError, WriteOutcomeUnknown, KazooException) as e:
+            log.warning("could not prune old epochs: %s", e)
 
     def _hand_over_first(self) -> None:
         """A stopping leader's teardown (duties, registry, labels: requests and CPU) waits

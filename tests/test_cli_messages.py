@@ -17,7 +17,7 @@ from tests.waiting import wait_until
 
 TOKEN = "operator-token-0123456789abcdef"
 WRONG = "wrong-token-00000000000000000000"
-#: Well under the reads' 10 s and the changes' 30 s deadlines the CLI would otherwise use.
+#: Well under the 30 s deadline of reads and changes the CLI would otherwise use.
 AT_ONCE_S = 5.0
 
 

@@ -348,3 +348,29 @@ def test_a_call_stuck_on_a_deposed_leader_moves_to_the_newer_term() -> None:
         old.release.set()
         for server in servers:
             server.stop(0)
+
+
+def test_a_read_outlasts_a_leader_gap_longer_than_ten_seconds(spawn: Spawn) -> None:
+    """A leader killed while ZooKeeper's disk is slow is replaced after 12-14 s; `nimbus
+    list` sent just before must ride that out (it gave up at 10 s: failed calls in
+    bench/chaos_cli.py's zk-slow-disk@0.9+sigkill row). The only replica is paused for
+    12 s; the read sent meanwhile is answered once it runs again."""
+    replica = spawn(session_timeout=30.0)
+    wait_for_agreed_leader([replica], timeout=60)
+    assert replica.proc is not None
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        answered: list[subprocess.CompletedProcess[str]] = []
+        reader = threading.Thread(
+            target=lambda: answered.append(
+                nimbus_cli("list", "--json", "--seeds", replica.address, timeout=60)
+            )
+        )
+        reader.start()
+        reader.join(12.0)  # holding the fault is the fault
+        assert not answered, "the read ended while the only replica was paused"
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    reader.join(50)
+    assert answered and answered[0].returncode == 0, answered
+    assert json.loads(answered[0].stdout) == []

@@ -88,7 +88,7 @@ def test_a_read_sent_to_a_leader_cut_from_zookeeper_rides_the_failover(
     spawn: Spawn, zk_server: ZooKeeperCluster, zk_hosts: str
 ) -> None:
     """The cut leader still answers gRPC, but its read blocks on its ZooKeeper session for
-    longer than a read's deadline (10 s) at T = 20 s. The client gives the read up once a
+    longer than the failover takes at T = 20 s. The client gives the read up once a
     newer term leads elsewhere, and asks there."""
     host, port = zk_server.connect_string.split(",")[0].split(":")
     chroot = zk_hosts[zk_hosts.index("/") :]

@@ -21,7 +21,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_client_flags(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
-        "--timeout", type=float, default=None, help="seconds the call may take (default 10)"
+        "--timeout", type=float, default=None, help="seconds the call may take (default 30)"
     )
 
 

@@ -11,7 +11,7 @@ import grpc
 from cluster.api import pb, records, rpc
 from cluster.apierror import ApiError
 from fencing import NotLeaderError
-from leader.discovery import LeaderCache
+from leader.discovery import LeaderCache, LeaderInfo
 from leader.elector import Elector
 from nimbus.call_metadata import LEADER_EPOCH_METADATA_KEY, LEADER_METADATA_KEY
 from nimbus.server.forward import Call, Forwarder, wants_forwarding
@@ -73,8 +73,12 @@ class NimbusServicer(rpc.NimbusServicer):
         self, request: pb.GetLeaderAddressRequest, context: grpc.ServicerContext
     ) -> pb.GetLeaderAddressResponse:
         self._require_fresh(context)
-        leader = self._cache.leader()
-        am_leader = self._elector.is_leader()
+        own = self._own_term()
+        am_leader = own is not None
+        # The leader answers from its own term: its cache learns the record it just wrote
+        # a read later, behind whatever the term's first writes queued (3 fsyncs' wait
+        # when ZooKeeper's disk is slow: clients would be told "no leader" meanwhile).
+        leader = own if own is not None else self._cache.leader()
         if leader is not None and leader.address == self._id and not am_leader:
             leader = None  # our own stale term: never claim it
         if leader is None:
@@ -97,9 +101,16 @@ class NimbusServicer(rpc.NimbusServicer):
             leader_epoch=leader.epoch if leader else 0, nimbuses=self._nimbus_infos()
         )
 
+    def _own_term(self) -> LeaderInfo | None:
+        """Ourselves, while we lead with a valid claim (the elector's word, not the cache's)."""
+        token = self._elector.token
+        if token is None or not self._elector.is_leader():
+            return None
+        return LeaderInfo(self._id, token.epoch, token.lock_node, since_ms=0)
+
     def _nimbus_infos(self) -> list[pb.NimbusInfo]:
         """Every live replica as this replica's watch-fed cache sees it."""
-        leader = self._cache.leader()
+        leader = self._own_term() or self._cache.leader()
         now_ms = int(time.time() * 1000)
         infos: list[pb.NimbusInfo] = []
         for address, summary in sorted(self._cache.nimbuses().items()):
