@@ -20,19 +20,18 @@ from collections.abc import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import WatchedEvent
 
 log = logging.getLogger(__name__)
-
-DataCallback = Callable[[bytes | None, ZnodeStat | None], object]
-ChildrenCallback = Callable[[list[str]], object]
 
 
 class _Watch:
     """Read ``path`` behind a watch, again on every event and on every reconnect."""
 
-    def __init__(self, client: KazooClient, path: str) -> None:
-        self._client, self.path = client, path
+    children = False  # a listing, not the data
+
+    def __init__(self, client: KazooClient, path: str, callback: Callable[..., object]) -> None:
+        self._client, self.path, self._callback = client, path, callback
         self._stopped = threading.Event()
 
     def start(self) -> _Watch:
@@ -46,7 +45,9 @@ class _Watch:
         self._client.remove_listener(self._on_state)
 
     def _send(self) -> IAsyncResult:
-        raise NotImplementedError
+        read = self._client.get_children_async if self.children else self._client.get_async
+        result: IAsyncResult = read(self.path, watch=self._fired)
+        return result
 
     def _deliver(self, result: IAsyncResult) -> None:
         raise NotImplementedError
@@ -81,13 +82,6 @@ class DataWatch(_Watch):
     """``callback(data, stat)`` with each version of ``path``; ``(None, None)`` while it
     does not exist (an exists-watch then waits for its creation)."""
 
-    def __init__(self, client: KazooClient, path: str, callback: DataCallback) -> None:
-        super().__init__(client, path)
-        self._callback = callback
-
-    def _send(self) -> IAsyncResult:
-        return self._client.get_async(self.path, watch=self._fired)
-
     def _deliver(self, result: IAsyncResult) -> None:
         try:
             data, stat = result.get()
@@ -110,12 +104,7 @@ class DataWatch(_Watch):
 class ChildrenWatch(_Watch):
     """``callback(children)`` with each listing of ``path`` (which must exist)."""
 
-    def __init__(self, client: KazooClient, path: str, callback: ChildrenCallback) -> None:
-        super().__init__(client, path)
-        self._callback = callback
-
-    def _send(self) -> IAsyncResult:
-        return self._client.get_children_async(self.path, watch=self._fired)
+    children = True
 
     def _deliver(self, result: IAsyncResult) -> None:
         try:
