@@ -210,10 +210,16 @@ def test_a_killed_leader_is_replaced_with_secrets_on(secure: SecureCluster) -> N
 def test_every_replica_publishes_its_metrics_port(secure: SecureCluster) -> None:
     urls = re.findall(r" metrics (http://127\.0\.0\.1:\d+/metrics) ", secure.stdout)
     assert len(urls) == 3, secure.stdout
+
+    def scraped(url: str) -> bytes:
+        with urllib.request.urlopen(url, timeout=10) as answer:  # raises until it serves
+            return bytes(answer.read())
+
     for url in urls:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            assert answer.status == 200
-            assert b"# TYPE" in answer.read()
+        # The replica the test before killed may still be starting again.
+        page = wait_until(lambda: scraped(url), timeout=60, interval=0.5,  # noqa: B023
+                          message=f"metrics at {url}")  # fmt: skip
+        assert b"# TYPE" in page
 
 
 def data(cluster: SecureCluster, *args: str) -> str:
