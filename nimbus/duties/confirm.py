@@ -47,6 +47,7 @@ from fencing import (
     SetData,
     WriteConflictError,
 )
+from fencing.writer import stamp_epoch
 from nimbus.duties.requests import OnDivergentServer
 
 log = logging.getLogger(__name__)
@@ -90,14 +91,30 @@ def _outcome(node: _Node | None) -> records.RequestOutcome | None:
         return None
 
 
-def recommit(node: _Node, zxids: set[int]) -> list[Op]:
-    """Ops that write ``node`` again in a new transaction when its last write was one of
-    ``zxids`` (the first attempt's, or an earlier confirmation's); none otherwise."""
+def recommit(node: _Node, zxids: set[int], data: bytes | None = None) -> list[Op]:
+    """Ops that write ``node`` again (``data``, or its own) in a new transaction when its
+    last write was one of ``zxids`` (the first attempt's, or an earlier confirmation's);
+    none otherwise."""
     if int(node.stat.mzxid) not in zxids:
         return []
+    data = node.data if data is None else data
     if int(node.stat.czxid) in zxids:  # created there: a create lands everywhere
-        return [Delete(node.path, int(node.stat.version)), Create(node.path, node.data)]
-    return [SetData(node.path, node.data, int(node.stat.version))]
+        return [Delete(node.path, int(node.stat.version)), Create(node.path, data)]
+    return [SetData(node.path, data, int(node.stat.version))]
+
+
+def restamped(paths: Paths, node: _Node, epoch: int) -> bytes:
+    """``node``'s data as written again by the term of ``epoch``: a topology's record says
+    which term wrote it (the soak's S1 check found the first attempt's epoch written in a
+    later term); other nodes (a name's topology id) as they are."""
+    if node.path.rpartition("/")[0] != paths.storms:
+        return node.data
+    try:
+        record = records.StormBase.FromString(node.data)
+    except DecodeError:
+        return node.data
+    stamp_epoch(record, epoch)
+    return record.SerializeToString(deterministic=True)
 
 
 def recall_committed(
@@ -136,7 +153,8 @@ def recall_committed(
         ops.append(Create(confirmation_path, answer))
         for path in effect_paths:
             if path in found:
-                ops += recommit(found[path], zxids)
+                node = found[path]
+                ops += recommit(node, zxids, restamped(paths, node, writer.token.epoch))
         try:
             writer.batch(ops)
         except WriteConflictError as e:
