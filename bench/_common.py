@@ -104,6 +104,15 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return float(ordered[low] + (ordered[high] - ordered[low]) * (rank - low))
 
 
+def spread(values: Sequence[float], suffix: str = "") -> dict[str, float | None]:
+    """p50, p99 and max of ``values`` (None each when there are none), keys ``p50{suffix}``."""
+    keys = (f"p50{suffix}", f"p99{suffix}", f"max{suffix}")
+    if not values:
+        return dict.fromkeys(keys)
+    figures = (percentile(values, 50), percentile(values, 99), max(values))
+    return {key: round(value, 3) for key, value in zip(keys, figures, strict=True)}
+
+
 @dataclass(frozen=True)
 class Summary:
     """Latency figures of one series, in milliseconds."""

@@ -43,7 +43,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, chosen_faults, machine_facts, percentile
+from _common import REPO, chosen_faults, machine_facts, spread
 
 from devtools.zkserver import ZooKeeperCluster
 from tests.chaos import slow_disk
@@ -54,16 +54,6 @@ from tests.chaos.nemesis_slow_disk import SLOW_DISK_ROWS, fault_kind, slow_disk_
 from tests.chaos.runner import RunResult, run_fault
 
 RESULTS = REPO / "bench" / "results"
-
-
-def _spread(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(percentile(values, 50), 3),
-        "p99": round(percentile(values, 99), 3),
-        "max": round(max(values), 3),
-    }
 
 
 def figures(result: RunResult) -> dict[str, Any]:
@@ -85,11 +75,11 @@ def figures(result: RunResult) -> dict[str, Any]:
         # diverged (ZOOKEEPER-4837); their violations still count above.
         "zk_diverged": sum(f.zk_diverged is True for f in result.faults),
         "violation_examples": {k: v[:5] for k, v in result.violations.items() if v},
-        "unavailable_s": _spread(gaps),
-        "unavailable_T": _spread([g / T for g in gaps]),
-        "failover_s": _spread(failovers),
+        "unavailable_s": spread(gaps),
+        "unavailable_T": spread([g / T for g in gaps]),
+        "failover_s": spread(failovers),
         "failed_calls": sum(c.outcome != "ok" for c in calls),
-        "after_heal_s": _spread(heals),
+        "after_heal_s": spread(heals),
         "leader_changes": sum(w.leader_changed for w in windows),
         "target": f"{TARGETS[target][0]} {TARGETS[target][1]}",
         "target_met": sum(v is True for v in verdicts),

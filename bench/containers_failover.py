@@ -47,6 +47,7 @@ from _common import (
     percentile,
     print_json,
     print_table,
+    spread,
 )
 
 from tests.containers_cluster import (
@@ -126,16 +127,6 @@ def trial(cluster: Cluster, fault: str, n: int) -> dict[str, Any]:
     }
 
 
-def spread(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50_s": None, "p99_s": None, "max_s": None}
-    return {
-        "p50_s": round(percentile(values, 50), 3),
-        "p99_s": round(percentile(values, 99), 3),
-        "max_s": round(max(values), 3),
-    }
-
-
 def rows_of(faults: list[str], trials: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     rows = {}
     for fault in faults:
@@ -145,7 +136,7 @@ def rows_of(faults: list[str], trials: list[dict[str, Any]]) -> dict[str, dict[s
         rows[fault] = {
             "trials": len(mine),
             "failed": len(mine) - len(took),
-            **spread(took),
+            **spread(took, "_s"),
             "fault_cmd_p50_s": round(percentile(commands, 50), 3) if commands else None,
             "within_1s": sum(t <= TARGET_SIGKILL_S for t in took),
         }
