@@ -20,7 +20,7 @@ from collections.abc import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.states import WatchedEvent
+from kazoo.protocol.states import EventType, WatchedEvent
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ class _Watch:
         except KazooException as e:  # not connected: the reconnect reads again
             log.debug("could not read %s: %s", self.path, e)
 
-    def _fired(self, _: WatchedEvent) -> None:
-        self._read()  # kazoo's event thread: only a send, never a wait
+    def _fired(self, event: WatchedEvent) -> None:
+        if event.type != EventType.NONE:  # NONE: the connection went; ``_on_state`` reads
+            self._read()  # kazoo's event thread: only a send, never a wait
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:  # a change missed while away is read now

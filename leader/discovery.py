@@ -9,7 +9,6 @@ no ZooKeeper read per call.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from kazoo.protocol.states import ZnodeStat
 from cluster.api import records
 from cluster.async_watch import ChildrenWatch, DataWatch
 from cluster.paths import Paths
-from cluster.threads import guarded
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +63,8 @@ class LeaderCache:
         self._sessions: dict[str, int] = {}  # address -> the session that registered it
         self._watched_nimbuses: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
-        # A DataWatch reads its node at once, retrying without bound while disconnected:
-        # made on kazoo's callback thread it would stall every other watch. A worker
-        # thread makes them instead.
-        self._to_watch: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._watcher = threading.Thread(
-            target=guarded("replica-watches", self._make_watches, stopping=lambda: False),
-            name="replica-watches",
-            daemon=True,
-        )
 
     def start(self) -> None:
-        self._watcher.start()
         # Watches that never wait on kazoo's event thread (cluster.async_watch): the
         # elector's own watches (the node ahead going) are not held up behind our reads.
         DataWatch(self._client, self._paths.leader_epoch, self._on_epoch).start()
@@ -169,16 +157,8 @@ class LeaderCache:
             new = set(children) - self._watched_nimbuses
             self._watched_nimbuses |= new
         for name in new:
-            self._to_watch.put(name)
+            self._watch_nimbus(name)  # only sends a read: fine on kazoo's threads
         self._notify()
-
-    def _make_watches(self) -> None:
-        while True:
-            name = self._to_watch.get()
-            with self._guard:
-                if name not in self._watched_nimbuses:
-                    continue  # left before we got to it
-            self._watch_nimbus(name)
 
     def _watch_nimbus(self, name: str) -> None:
         watch: DataWatch | None = None
