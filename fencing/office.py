@@ -88,6 +88,51 @@ def send_office_reads(client: KazooClient, paths: Paths, beat: str | None) -> Of
     )
 
 
+def office_ops(
+    paths: Paths,
+    *,
+    lock_node: str,
+    holder: str,
+    epoch: int,
+    epoch_version: int,
+    started_ms: int,
+    last_term: str,
+    beat: str | None,
+    beat_data: bytes,
+    beat_exists: bool,
+) -> tuple[list[Op], int]:
+    """The take-office multi-op's operations for ``epoch`` (``/leader-epoch`` read at
+    ``epoch_version``, -1: absent), and the index where the proof that ``last_term``'s
+    lock node is gone starts (-1: none). With ``beat``, its beat node is written too
+    (created unless ``beat_exists``: a concurrent create loses as a conflict)."""
+    record = records.LeaderEpoch(
+        epoch=epoch, holder=holder, lock_node=lock_node, since_ms=started_ms
+    ).SerializeToString(deterministic=True)
+    history = records.EpochRecord(
+        epoch=epoch, holder=holder, lock_node=lock_node, started_ms=started_ms
+    ).SerializeToString(deterministic=True)
+    write: Op = (
+        SetData(paths.leader_epoch, record, epoch_version)
+        if epoch_version >= 0
+        else Create(paths.leader_epoch, record)
+    )
+    ops: list[Op] = [Check(lock_node, -1), write, Create(paths.epoch(epoch), history)]
+    absence_at = -1
+    if last_term and last_term != lock_node and _folder(last_term) == _folder(lock_node):
+        absence_at = len(ops)  # (a node of another folder is no term of this queue)
+        ops += [Create(last_term), Delete(last_term)]
+    if beat is not None:
+        ops.append(
+            SetData(beat, beat_data) if beat_exists else Create(beat, beat_data, ephemeral=True)
+        )
+    return ops, absence_at
+
+
+def next_epoch(current: records.LeaderEpoch | None, epochs: IAsyncResult) -> int:
+    """One above both ``/leader-epoch`` and the highest ``/epochs`` entry (a listing sent)."""
+    return max(current.epoch if current else 0, _highest(epochs)) + 1
+
+
 def take_office(
     client: KazooClient,
     paths: Paths,
@@ -120,36 +165,17 @@ def take_office(
         reads = None  # a retry after a conflict reads afresh
         beat_read = sent.beat if beat is not None else None
         current, version = leader_epoch_of(sent.leader_epoch)
-        previous = max(current.epoch if current else 0, _highest(sent.epochs))
-        epoch = previous + 1
-        started = now_ms()
-        record = records.LeaderEpoch(
-            epoch=epoch, holder=holder, lock_node=lock_node, since_ms=started
-        ).SerializeToString(deterministic=True)
-        history = records.EpochRecord(
-            epoch=epoch, holder=holder, lock_node=lock_node, started_ms=started
-        ).SerializeToString(deterministic=True)
-        write: Op = (
-            SetData(paths.leader_epoch, record, version)
-            if version >= 0
-            else Create(paths.leader_epoch, record)
-        )
-        ops: list[Op] = [
-            Check(lock_node, -1),
-            write,
-            Create(paths.epoch(epoch), history),
-        ]
+        epoch = next_epoch(current, sent.epochs)
         last_term = current.lock_node if current is not None else ""
-        absence_at = -1  # where the "last term's lock node is gone" ops start, if sent
-        if last_term and last_term != lock_node and _folder(last_term) == _folder(lock_node):
-            absence_at = len(ops)  # (a node of another folder is no term of this queue)
-            ops += [Create(last_term), Delete(last_term)]
+        there: bool | None = None
         if beat is not None and beat_read is not None:
-            # Created here if the beater has not yet: a concurrent create loses the race
-            # as a conflict, and the next attempt sets it.
             there = beat_read.get() is not None if beat_exists is None else beat_exists
             beat_exists = None
-            ops.append(SetData(beat, data) if there else Create(beat, data, ephemeral=True))
+        ops, absence_at = office_ops(
+            paths, lock_node=lock_node, holder=holder, epoch=epoch, epoch_version=version,
+            started_ms=now_ms(), last_term=last_term, beat=beat if there is not None else None,
+            beat_data=data, beat_exists=bool(there),
+        )  # fmt: skip
         results = txn.commit(client, ops, timeout=timeout)
         failure = txn.first_failure(results)
         if failure is None:

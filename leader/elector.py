@@ -22,9 +22,11 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import CancelledError, KazooException
+from kazoo.interfaces import IAsyncResult
 
 from fencing import CancelReason, FencingError, LeadershipToken, Membership
 from leader.cycle import CycleMachine, Decision, Verdict
+from leader.fold import Draft, Fold
 from leader.heartbeat import BeatListener
 from leader.pulse import Pulse
 from leader.read_ahead import WinnerReads, queue_lock
@@ -61,10 +63,12 @@ class Elector:
         )  # fmt: skip
         self.lease = self._pulse.lease  # the read lease: freshness and readiness
         self._history = History()
+        self.fold = Fold(clock)  # a term the silence watch's preemption took for us
         self._tenure = Tenure(
             client, settings, callbacks, machine=self._machine, seat=self._seat,
             link=self._link, pulse=self._pulse, stopping=self._stopping, gate=self._gate,
             note=self._note, clock=clock, wall_ms=wall_ms, released=self._released,
+            fold=self.fold,
         )  # fmt: skip
         self._running = True
         self._thread = threading.Thread(target=self._run, name="elector", daemon=True)
@@ -116,6 +120,27 @@ class Elector:
     def queued_node(self) -> str | None:
         """Our lock node's path while we wait in the queue (None when leading or not queued)."""
         return None if self.is_leader() else self._seat.lock_node()
+
+    def draft_office(self, storms: IAsyncResult) -> Draft | None:
+        """What a preemption needs to take office for us in its own multi-op (``leader.fold``);
+        None when it may not: stopping, not queued, in a term, or the code gate does not
+        pass. ``storms``: the stat of ``/storms``, sent with the preemption's reads."""
+        token = self._seat.token
+        node = self._seat.lock_node()
+        if self._stopping.is_set() or node is None or (token is not None and not token.cancelled):
+            return None
+        try:
+            if self._do.gate_given is not None:
+                ok = self._do.gate_given(storms)
+            else:
+                ok = self._do.has_all_code()
+        except KazooException as e:
+            log.info("code gate failed before a preemption: %r", e)
+            return None
+        if not ok:
+            return None
+        sent, lease, beat = self._pulse.announce()
+        return Draft(node, sent, lease, beat, self._pulse.beat_made(node))
 
     def code_changed(self) -> None:
         """Tell the elector the code gate may pass now (instead of waiting for the poll)."""

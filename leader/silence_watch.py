@@ -25,13 +25,21 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent
 
+from cluster.api import records
 from cluster.paths import Paths
 from cluster.threads import guarded_thread
 from fencing import txn
-from fencing.beats import PreemptOutcome, announced_lease, preempt_beatless, preempt_silent
+from fencing.beats import (
+    PreemptOutcome,
+    announced_lease,
+    preempt_beatless,
+    preempt_into_office,
+    preempt_silent,
+)
 from fencing.errors import FencingError
-from fencing.office import leader_epoch_of
+from fencing.office import leader_epoch_of, next_epoch, office_ops
 from leader.discovery import LeaderCache
+from leader.fold import Draft, Fold, FoldedOffice
 from leader.heartbeat import BeatAck
 from leader.peer_link import PeerLink
 from leader.settings import BeatSettings
@@ -64,9 +72,13 @@ class SilenceWatch:
         link_retry: float = 0.1,
         on_preempt: Callable[[str], None] | None = None,
         on_stale_server: Callable[[str], object] | None = None,
+        draft: Callable[[IAsyncResult], Draft | None] | None = None,
+        fold: Fold | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        # Both given: a preemption of the term's holder takes office in its multi-op.
+        self._draft, self._fold = draft, fold
         self._on_stale_server = on_stale_server
         self._paths = paths
         self._id = replica_id
@@ -284,6 +296,59 @@ class SilenceWatch:
             return None
         return self._paths.lock_node(queue[queue.index(name) - 1])
 
+    def _at_head(self, target: str) -> bool:
+        """``target`` heads the lock queue (as our cache shows it): the term's holder."""
+        queue = self._cache.lock_queue()
+        return bool(queue) and queue[0] == target.rsplit("/", 1)[-1]
+
+    def _into_office(
+        self,
+        target: str,
+        version: int,
+        current: records.LeaderEpoch,
+        epoch_version: int,
+        storms: IAsyncResult,
+        epochs: IAsyncResult,
+    ) -> PreemptOutcome | None:
+        """Preempt the holder ``target`` and take office in one multi-op (``leader.fold``);
+        None when the elector may not take office now (then preempt only)."""
+        assert self._draft is not None and self._fold is not None
+        draft = self._draft(storms)
+        if draft is None:
+            return None
+        epoch = next_epoch(current, epochs)
+        office, _ = office_ops(
+            self._paths, lock_node=draft.lock_node, holder=self._id, epoch=epoch,
+            epoch_version=epoch_version, started_ms=int(time.time() * 1000), last_term="",
+            beat=self._paths.beat(draft.lock_node), beat_data=draft.beat,
+            beat_exists=draft.beat_exists,
+        )  # fmt: skip
+        taken: FoldedOffice | None = None
+        self._fold.begin(draft.lock_node)
+        try:
+            outcome = preempt_into_office(
+                self._client, self._paths, lock_node=target, beat_version=version,
+                office=office, timeout=self._timeout,
+            )  # fmt: skip
+            if outcome is PreemptOutcome.DELETED:
+                taken = FoldedOffice(draft.lock_node, epoch, draft.sent, draft.lease)
+        finally:
+            self._fold.end(taken)
+        if outcome is PreemptOutcome.OFFICE_REFUSED:
+            log.info("%s: taking office with the preemption refused: preempting only", self._id)
+        return outcome
+
+    def _preempt_only(self, target: str, version: int, epoch_version: int) -> PreemptOutcome:
+        if version == ABSENT:  # queued, never beat: frozen before its first beat
+            return preempt_beatless(
+                self._client, self._paths, lock_node=target,
+                epoch_version=epoch_version, timeout=self._timeout,
+            )  # fmt: skip
+        return preempt_silent(
+            self._client, self._paths, lock_node=target, beat_version=version,
+            epoch_version=epoch_version, timeout=self._timeout,
+        )  # fmt: skip
+
     def _preempt(self, decision: Decision) -> bool:
         """Verify the silence at ZooKeeper's leader, then delete; True when deleted."""
         target, version = decision.target, decision.version
@@ -295,6 +360,10 @@ class SilenceWatch:
         synced = self._client.sync_async(beat)
         beat_read = self._client.get_async(beat)
         epoch_read = self._client.get_async(self._paths.leader_epoch)
+        # The code gate's "now" and the epoch listing, in case we take office in the delete.
+        folding = self._fold is not None and version != ABSENT and self._at_head(target)
+        storms_read = self._client.exists_async(self._paths.storms) if folding else None
+        epochs_read = self._client.get_children_async(self._paths.epochs) if folding else None
         synced.get(timeout=self._deadline())
         current_version, announced = self._read_beat(target, watch=False, sent=beat_read)
         now = self._clock()
@@ -312,16 +381,16 @@ class SilenceWatch:
             return True  # not an error: decide afresh at once
         epoch_read.wait(self._deadline())
         current, epoch_version = leader_epoch_of(epoch_read)
-        if version == ABSENT:  # queued, never beat: frozen before its first beat
-            outcome = preempt_beatless(
-                self._client, self._paths, lock_node=target,
-                epoch_version=epoch_version, timeout=self._timeout,
-            )  # fmt: skip
-        else:
-            outcome = preempt_silent(
-                self._client, self._paths, lock_node=target, beat_version=version,
-                epoch_version=epoch_version, timeout=self._timeout,
-            )  # fmt: skip
+        outcome: PreemptOutcome | None = None
+        holder = current is not None and current.lock_node == target
+        if holder and current is not None and storms_read is not None and epochs_read is not None:
+            # the term's holder: take office in the same write
+            outcome = self._into_office(
+                target, version, current, epoch_version, storms_read, epochs_read
+            )
+        in_office = outcome is PreemptOutcome.DELETED
+        if outcome is None or outcome is PreemptOutcome.OFFICE_REFUSED:
+            outcome = self._preempt_only(target, version, epoch_version)
         if outcome is PreemptOutcome.NODE_UNKNOWN:
             self._accuse_our_server(target)
         if outcome is not PreemptOutcome.DELETED:
@@ -332,7 +401,8 @@ class SilenceWatch:
         seen = "no beat node" if version == ABSENT else f"beat version {version} unchanged"
         heard = ", heard dead (link closed and refused, or a new process at its address)"
         evidence = f"{who} silent: {seen} for the window{heard if again.short else ''}"
-        log.warning("%s: preempted %s", self._id, evidence)
+        took = ", and took office in the same multi-op" if in_office else ""
+        log.warning("%s: preempted %s%s", self._id, evidence, took)
         if self._on_preempt is not None:
             self._on_preempt(evidence)
         return True

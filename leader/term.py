@@ -25,6 +25,7 @@ from fencing import (
 )
 from fencing.office import prune_epochs, read_leader_epoch, take_office
 from leader.cycle import CycleMachine, Decision, OfficeOutcome, TermVerdict, Verdict
+from leader.fold import Fold
 from leader.pulse import Pulse
 from leader.read_ahead import WinnerReads
 from leader.seat import Link, Seat
@@ -128,12 +129,13 @@ class Tenure:
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
         released: threading.Event,
+        fold: Fold,
     ) -> None:
         self._client, self._s, self._paths, self._do = client, settings, settings.paths, callbacks
         self._machine, self._seat, self._link, self._pulse = machine, seat, link, pulse
         self._stopping, self._gate, self._note = stopping, gate, note
         self._clock, self._wall_ms = clock, wall_ms
-        self._released = released
+        self._released, self._fold = released, fold
         self.epoch = 0  # of the current or last term (0 before the first)
 
     def _step_aside(self, reads: WinnerReads | None) -> str | None:
@@ -160,6 +162,12 @@ class Tenure:
         """The gate after winning, then the take-office multi-op: the new epoch, or None."""
         if self._stopping.is_set():
             return None
+        folded = self._fold.take(lock_node, timeout=self._s.session_timeout)
+        if folded is not None:  # the preemption's multi-op took office (and beat) for us
+            self._pulse.renew(folded.sent, folded.lease)
+            self.epoch = folded.epoch
+            self._note(f"took office, epoch {folded.epoch} (in the preemption's multi-op)")
+            return folded.epoch
         gate = self._gate(GateStage.AFTER_WINNING, reads)
         if gate is None or gate.verdict is not Verdict.TAKE_OFFICE:
             self._seat.release(lock)  # never hold the lock while waiting for code

@@ -27,7 +27,10 @@
  *    W_v = max(P, S_v), S_v = (L_v*(1+rho) + T_op)/(1-rho), or after S_v alone while the
  *    watched replica is heard dead (re-checked at the delete); the window runs only while
  *    the watcher is CONNECTED and its own beats commit with no gap longer than its own
- *    lease nor than L_v (see the hole this closes below); the fenced writer (Fencing).
+ *    lease nor than L_v (see the hole this closes below); a preemption of the term's
+ *    holder by the replica next in line with all the code takes office in the same
+ *    multi-op (leader/silence_watch.py, fencing/beats.py), one write where a slow disk
+ *    made it two; the fenced writer (Fencing).
  *    Refused connections depose nobody: the old crash preemption is gone.
  *  - Faults: pauses of any length (SIGSTOP, GC), lost connections that kazoo notices
  *    late, session expiry, crashes (the process is gone: its port refuses), a REJECT rule
@@ -159,6 +162,8 @@
  *  PLANT_SHORT_WITHOUT_TOP     the short window without T_op: L*(1+rho)/(1-rho) -> one-claim
  *  PLANT_OWN_GAP_LEASE         the window survives any own gap up to the own
  *                              lease (the design's first wording)                -> no-false-failover
+ *  PLANT_FOLD_ANY_TARGET       the preemption takes office in its multi-op also
+ *                              when the silent node is not the term's holder     -> fencing
  */
 
 /* ---- timing: tests/test_model.py compares these with leader/settings.py ---- */
@@ -497,6 +502,23 @@ inline zk_apply(x, m) {
 }
 
 /* x sends a beat announcing the lease chosen now; on a dead connection it is lost */
+/* take office in one multi-op: check(own lock node) + set /leader-epoch n+1 at its
+   version + create /epochs/n+1 + set(own beat node): the first beat of the term. The
+   beats in flight before it are answered first (one session, in order) */
+inline take_office(x) {
+  announce(x);
+  if :: fl[x] != 0 -> zk_apply(x, fl[x]) :: else -> skip fi;
+  REQUIRE(qi[x] == 0, "VIOLATED: fencing (take-office by a replica that is not the lowest lock node)\n");
+  REQUIRE(epoch < 255, "VIOLATED: epochs (the epoch would wrap)\n");
+  epoch++; eholder = x; myep[x] = epoch; st[x] = LEADER; HEARD(x);
+  la[x] = 0; lc[x] = c; bt[x] = 0; wt[x] = NONE; wc[x] = 0; win[x] = 0; chg[x] = 0; hurt[x] = 0;
+#ifndef PLANT_OFFICE_NOT_BEAT
+  bcls[x] = c; bump(x);
+#endif
+  printf("@@ t=%d replica %d: took office, epoch %d (claim starts: announces %d ms)\n", tnow, x, epoch, LMS(c));
+  c = 0
+}
+
 inline send(x) {
   bt[x] = 0; announce(x);
   if
@@ -549,18 +571,7 @@ active [NR] proctype replica() {
        printf("@@ t=%d replica %d: watches the beat of replica %d (window restarts; it announced %d ms)\n", tnow, r, wt[r], LMS(wc[r])) }
   /* won: take office in one multi-op: check(own lock node) + set /leader-epoch n+1 at its
      version + create /epochs/n+1 + set(own beat node): the first beat of the term */
-  :: atomic { G_OFFICE(r) ->
-       announce(r);
-       if :: fl[r] != 0 -> zk_apply(r, fl[r]) :: else -> skip fi;
-       REQUIRE(qi[r] == 0, "VIOLATED: fencing (take-office by a replica that is not the lowest lock node)\n");
-       REQUIRE(epoch < 255, "VIOLATED: epochs (the epoch would wrap)\n");
-       epoch++; eholder = r; myep[r] = epoch; st[r] = LEADER; HEARD(r);
-       la[r] = 0; lc[r] = c; bt[r] = 0; wt[r] = NONE; wc[r] = 0; win[r] = 0; chg[r] = 0; hurt[r] = 0;
-#ifndef PLANT_OFFICE_NOT_BEAT
-       bcls[r] = c; bump(r);
-#endif
-       printf("@@ t=%d replica %d: took office, epoch %d (claim starts: announces %d ms)\n", tnow, r, epoch, LMS(c));
-       c = 0 }
+  :: atomic { G_OFFICE(r) -> take_office(r) }
   /* send a beat: check(own lock node) + set(own beat node, the lease announced) */
   :: atomic { G_BEAT(r) ->
        printf("@@ t=%d replica %d: beat sent\n", tnow, r); send(r) }
@@ -606,8 +617,22 @@ active [NR] proctype replica() {
           printf("@@ t=%d replica %d: silence preemption after %d ticks (heard dead %d): deletes the lock node of replica %d\n",
                  tnow, r, win[r], HDEAD(t), t);
           REQUIRE(hurt[r], "VIOLATED: no-false-failover (preempted a replica running and connected for the whole window)\n");
-          qremove(t);
-          wt[r] = NONE; wc[r] = 0; win[r] = 0; chg[r] = 0; hurt[r] = 0
+          wt[r] = NONE; wc[r] = 0; win[r] = 0; chg[r] = 0; hurt[r] = 0;
+          /* folded: the silent one is the term's holder at the head of the queue, and we
+             are next with the code: the same multi-op takes office (check(own lock node)
+             + set /leader-epoch n+1 at the version read, which names the silent node +
+             create /epochs/n+1 + set(own beat node)), as G_OFFICE; else a later step */
+          if
+#ifdef PLANT_FOLD_ANY_TARGET
+          :: gate[r] && rk[r] == R_NONE && qi[r] == qi[t] + 1 ->  /* planted: not only the holder */
+#else
+          :: eholder == t && qi[t] == 0 && qi[r] == 1 && gate[r] && rk[r] == R_NONE ->
+#endif
+             qremove(t);
+             printf("@@ t=%d replica %d: ... and takes office in the same multi-op\n", tnow, r);
+             take_office(r)
+          :: else -> qremove(t)
+          fi
        :: else ->
           printf("@@ t=%d replica %d: silence preemption refused: beat of %d moved\n", tnow, r, t);
           wc[r] = bcls[t]; win[r] = 0; chg[r] = 0; hurt[r] = 0

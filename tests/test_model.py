@@ -187,6 +187,7 @@ PLANTED = {
     "PLANT_FIXED_WINDOW": "VIOLATED: one-claim",
     "PLANT_SHORT_WITHOUT_TOP": "VIOLATED: one-claim",
     "PLANT_OWN_GAP_LEASE": "VIOLATED: no-false-failover",
+    "PLANT_FOLD_ANY_TARGET": "VIOLATED: fencing",
 }
 
 

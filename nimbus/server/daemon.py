@@ -185,6 +185,8 @@ class NimbusDaemon:
             link_retry=config.preempt_interval,
             on_preempt=self.metrics.preempted,
             on_stale_server=self.server_mover.move,
+            draft=self.elector.draft_office,  # the holder's preemption takes office too
+            fold=self.elector.fold,
         )
         self.elector.on_beat(self.silence.beat_acked)
         self.elector.on_beat(self.metrics.beat_acked)  # nimbus_beat_latency_seconds

@@ -317,3 +317,28 @@ def test_s2_forgives_a_request_record_the_leader_pruned_and_no_other(
     zk_client.delete(PATHS.request(calls[2].request_id))  # lost: newer than a kept one
     found = s2_reflected(read_state(zk_client, ROOT), history, requests_kept=1)
     assert any("new: acknowledged but its request is not recorded" in f for f in found), found
+
+
+def test_s1_from_the_transaction_log_judges_fenced_multi_ops(
+    zk_server: ZooKeeperCluster, zk_client: KazooClient
+) -> None:
+    """A multi-op fenced on a lock node that is second in the queue is no term's write.
+    The log prints each path of a multi-op after its length in four bytes: a parser that
+    expected blanks read no operation of any multi-op and judged none (it passed this)."""
+    for folder in PATHS.folders():
+        zk_client.ensure_path(folder)
+    root = f"{zk_client.chroot}{ROOT}"
+    lock, writer = _lead(zk_client, "holder:1")
+    _submit(writer, History(), "clean")
+    assert s1_txnlog(read_txns(zk_server), root) == [], "the term was clean"
+    second = zk_client.create(
+        f"{PATHS.leader_lock}/x__lock__", b"second", ephemeral=True, sequence=True
+    )
+    zombie = zk_client.transaction()
+    zombie.check(second, -1)
+    zombie.create(PATHS.storm("zombie"), b"z")
+    assert all(r is True or isinstance(r, str) for r in zombie.commit())
+    found = s1_txnlog(read_txns(zk_server), root)
+    assert len(found) == 1 and "while" in found[0] and "first in the queue" in found[0], found
+    assert PATHS.storm("zombie") in found[0]
+    lock.release()

@@ -27,8 +27,13 @@ LEADER_ONLY = (
 _ENTRY = re.compile(
     r"^\S+, .*? session (0x[0-9a-f]+) cxid 0x[0-9a-f]+ zxid (0x[0-9a-f]+) (\w+)(.*)$"
 )
+#: A multi-op's operations. TxnLogToolkit prints each path after its 4-byte length (three
+#: NULs and one byte of any value, for a path under 16 MiB), not after blanks: a parser that
+#: expected blanks read no operation of any multi-op, and S1 then judged none of them.
 _MULTI_OP = re.compile(
-    r"\b(check|create|create2|createContainer|createTTL|setData|delete|error):\s+(/[^\s;,]*)?"
+    r"\b(check|create|create2|createContainer|createTTL|setData|delete|error):"
+    r"(?:\x00\x00\x00.|\s+)?(/[^\x00-\x20;,]*)?",
+    re.DOTALL,
 )
 _FIRST_PATH = re.compile(r"^\s*(/[^\s,]*)")
 _CLOSED = re.compile(r"'(/[^,}']*)")
@@ -117,8 +122,12 @@ def s1_txnlog(txns: Iterable[Txn], root: str) -> list[str]:
             continue  # nothing applied
         writes = [(op, p) for op, p in txn.ops if op != "check"]
         touched = [p for _, p in writes if p == node or p.startswith(trees)]
+        # A multi-op is atomic: the lock nodes it deletes (a silent holder's, preempted by
+        # the next in line, who takes office in the same multi-op) are gone for its writes.
+        deleted = {p for op, p in writes if op == "delete"}
         if touched:
-            found += _judge(txn, touched, queue, lock_folder)
+            remaining = {n: s for n, s in queue.items() if n not in deleted}
+            found += _judge(txn, touched, remaining, lock_folder)
         for op, path in writes:
             if not path.startswith(lock_folder) or "/" in path[len(lock_folder) :]:
                 continue
