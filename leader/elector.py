@@ -222,7 +222,7 @@ class Elector:
             self._note(f"dropped our own leftover lock node {name}")
         if self._wait_until(queue.wake_at):  # at most one attempt per REQUEUE_BACKOFF
             return
-        lock = queue_lock(self._client, self._paths, self._s.replica_id)
+        lock = queue_lock(self._client, self._paths, self._s.replica_id, self.fold)
         if not self._seat.take(lock, self._stopping):
             return
         self._machine.queued(self._clock())

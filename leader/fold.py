@@ -61,6 +61,16 @@ class Fold:
             self._pending, self._office = None, office
             self._cond.notify_all()
 
+    def taken(self, lock_node: str, timeout: float) -> bool:
+        """Whether a term was begun for ``lock_node`` (waiting up to ``timeout`` while its
+        multi-op is in flight), without taking it: the lock recipe, woken by the deletion
+        (ZooKeeper sends the event before the reply), need not list the queue then."""
+        deadline = self._clock() + timeout
+        with self._cond:
+            while self._pending == lock_node and self._clock() < deadline:
+                self._cond.wait(max(0.0, deadline - self._clock()))
+            return self._office is not None and self._office.lock_node == lock_node
+
     def take(self, lock_node: str, timeout: float) -> FoldedOffice | None:
         """The term begun for ``lock_node``, once (waiting up to ``timeout`` while its
         multi-op is in flight); None when there is none."""
