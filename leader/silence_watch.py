@@ -42,6 +42,7 @@ from leader.discovery import LeaderCache
 from leader.fold import Draft, Fold, FoldedOffice
 from leader.heartbeat import BeatAck
 from leader.peer_link import PeerLink
+from leader.preempt_reads import PreemptReads, ReadsAhead, send_preempt_reads
 from leader.settings import BeatSettings
 from leader.silence import ABSENT, Decision, SilenceMachine, Verdict
 
@@ -79,6 +80,7 @@ class SilenceWatch:
         self._client = client
         # Both given: a preemption of the term's holder takes office in its multi-op.
         self._draft, self._fold = draft, fold
+        self._reads_ahead = ReadsAhead()  # the preemption's reads, sent before the window ends
         self._on_stale_server = on_stale_server
         self._paths = paths
         self._id = replica_id
@@ -132,6 +134,7 @@ class SilenceWatch:
         with self._guard:
             self._machine.own_beat(ack.sent, ack.acked, ack.lease)
             self._own_lease = ack.lease
+        self._reads_ahead.beat_acked(ack.sent, ack.acked)
         self._wake.set()
 
     def _deadline(self) -> float:
@@ -160,6 +163,7 @@ class SilenceWatch:
             self._wake.clear()
             try:
                 decision = self._step()
+                self._read_ahead(decision)
             except (KazooException, KazooTimeoutError, FencingError) as e:
                 log.info("silence watch interrupted: %r", e)
                 with self._guard:
@@ -296,6 +300,23 @@ class SilenceWatch:
             return None
         return self._paths.lock_node(queue[queue.index(name) - 1])
 
+    def _send_reads(self, target: str, version: int, now: float) -> PreemptReads:
+        # The code gate's "now" and the epoch listing too, if we may take office in the delete.
+        folding = self._fold is not None and version != ABSENT and self._at_head(target)
+        return send_preempt_reads(
+            self._client, self._paths, target, version, now=now, folding=folding
+        )
+
+    def _read_ahead(self, decision: Decision) -> None:
+        """While watching: send the preemption's reads once the window's end is nearer
+        than two of our round trips (they wait behind our beats in flight)."""
+        target, version, end = decision.target, decision.version, decision.wake_at
+        if decision.verdict is not Verdict.WATCHING or target is None or version is None:
+            return
+        now = self._clock()
+        if end is not None and self._reads_ahead.due(target, version, end, now):
+            self._reads_ahead.hold(self._send_reads(target, version, now))
+
     def _at_head(self, target: str) -> bool:
         """``target`` heads the lock queue (as our cache shows it): the term's holder."""
         queue = self._cache.lock_queue()
@@ -353,18 +374,15 @@ class SilenceWatch:
         """Verify the silence at ZooKeeper's leader, then delete; True when deleted."""
         target, version = decision.target, decision.version
         assert target is not None and version is not None
-        # The sync and both reads go out together (ZooKeeper answers them in order): on a
-        # slow disk every request waits about one fsync, and one after another they added
-        # seconds to a failover.
-        beat = self._paths.beat(target)
-        synced = self._client.sync_async(beat)
-        beat_read = self._client.get_async(beat)
-        epoch_read = self._client.get_async(self._paths.leader_epoch)
-        # The code gate's "now" and the epoch listing, in case we take office in the delete.
-        folding = self._fold is not None and version != ABSENT and self._at_head(target)
-        storms_read = self._client.exists_async(self._paths.storms) if folding else None
-        epochs_read = self._client.get_children_async(self._paths.epochs) if folding else None
-        synced.get(timeout=self._deadline())
+        # The sync and the reads go out together (ZooKeeper answers them in order), and,
+        # when the window's end could be seen coming, before it (``leader.preempt_reads``).
+        now = self._clock()
+        reads = self._reads_ahead.take(target, version, now) or self._send_reads(
+            target, version, now
+        )
+        beat_read, epoch_read = reads.beat, reads.epoch
+        storms_read, epochs_read = reads.storms, reads.epochs
+        reads.synced.get(timeout=self._deadline())
         current_version, announced = self._read_beat(target, watch=False, sent=beat_read)
         now = self._clock()
         with self._guard:
