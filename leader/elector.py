@@ -59,7 +59,7 @@ class Elector:
         self._released = threading.Event()  # a stop left the queue
         self._pulse = Pulse(
             client, settings, own_node=self._seat.lock_node, on_lock_gone=self._lock_gone,
-            clock=clock,
+            clock=clock, probe=callbacks.probe,
         )  # fmt: skip
         self.lease = self._pulse.lease  # the read lease: freshness and readiness
         self._history = History()

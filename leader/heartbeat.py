@@ -32,7 +32,12 @@ from fencing.beats import BeatOutcome, beat_data, beat_outcome, create_beat, dro
 from fencing.errors import FencingError
 from fencing.lease import Lease
 from leader.beat_lease import BeatLease
-from leader.settings import LEASE_PER_LATENCY, PIPELINE_FLOOR
+from leader.settings import (
+    LEASE_PER_LATENCY,
+    PIPELINE_ANSWERED,
+    PIPELINE_FLOOR,
+    PROBE_AFTER,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +84,12 @@ class Beater:
         on_lock_gone: Callable[[str], None],
         ceiling: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[], IAsyncResult] | None = None,
     ) -> None:
         self._client = client
+        self._probe = probe
+        self._probe_sent: float | None = None  # a probe out, sent then
+        self._answered_probe = float("-inf")  # the send time of the last probe answered
         self._paths = paths
         self._owner = owner
         self._own_node = own_node
@@ -190,6 +199,7 @@ class Beater:
             or self._meter.oldest_in_flight_age(now) >= self._pipeline_limit(now)
         ):
             return None
+        self._maybe_probe(now)
         if self._node is None:
             created = create_beat(
                 self._client, self._paths, lock_node=node,
@@ -211,7 +221,30 @@ class Beater:
 
     def _pipeline_limit(self, now: float) -> float:
         """How old the oldest beat in flight may get before no more are sent."""
-        return max(PIPELINE_FLOOR, LEASE_PER_LATENCY * self._meter.round_trip(now))
+        answered = bool(self._flight) and self._answered_probe >= self._flight[0].sent
+        return pipeline_limit(self._meter.round_trip(now), answered=answered)
+
+    def _maybe_probe(self, now: float) -> None:
+        """Ask the other session once the oldest beat in flight has waited ``PROBE_AFTER``
+        (one probe out at a time): its answer tells slow from lost."""
+        if self._probe is None or self._probe_sent is not None or not self._flight:
+            return
+        if now - self._flight[0].sent < PROBE_AFTER:
+            return
+        try:
+            result = self._probe()
+        except KazooException as e:
+            log.debug("probe not sent: %s", e)
+            return
+        self._probe_sent = now
+        result.rawlink(lambda r: self._probe_answered(now, r))
+
+    def _probe_answered(self, sent: float, result: IAsyncResult) -> None:
+        """kazoo's callback thread: the server answered (or the request failed)."""
+        with self._guard:
+            self._probe_sent = None
+            if result.successful():
+                self._answered_probe = max(self._answered_probe, sent)
 
     def _answered_now(self, beat: _InFlight) -> None:
         """kazoo's callback thread: hand the reply to the loop, never block."""
@@ -278,3 +311,11 @@ class Beater:
             drop_beat(self._client, self._paths, lock_node=old, timeout=self._timeout)
         except (KazooException, FencingError) as e:
             log.info("could not drop the beat node of %s: %s", old, e)
+
+
+def pipeline_limit(round_trip: float, *, answered: bool) -> float:
+    """How old the oldest beat in flight may get before no more beats are sent: the floor
+    (or ``PIPELINE_ANSWERED`` while our other session was answered since that beat went
+    out: slow, not lost), or 2.5 of the round trips remembered, if longer."""
+    floor = PIPELINE_ANSWERED if answered else PIPELINE_FLOOR
+    return max(floor, LEASE_PER_LATENCY * round_trip)

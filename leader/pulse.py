@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
+from kazoo.interfaces import IAsyncResult
 
 from fencing.lease import Heartbeat, Lease
 from leader.heartbeat import Beater, BeatListener
@@ -26,6 +27,7 @@ class Pulse:
         own_node: Callable[[], str | None],
         on_lock_gone: Callable[[str], None],
         clock: Callable[[], float],
+        probe: Callable[[], IAsyncResult] | None = None,
     ) -> None:
         self._clock = clock
         self.lease = Lease(settings.session_timeout * 2 / 3, clock=clock)
@@ -37,7 +39,7 @@ class Pulse:
         self._beater = Beater(
             client, settings.paths, settings.replica_id, own_node=own_node, lease=self.claim,
             interval=settings.beats.interval, timeout=settings.session_timeout,
-            on_lock_gone=on_lock_gone, clock=clock,
+            on_lock_gone=on_lock_gone, clock=clock, probe=probe,
         )  # fmt: skip
 
     def start(self) -> None:

@@ -60,6 +60,14 @@ LATENCY_MEMORY = 10.0
 #: ZooKeeper too, so its silence is seen, while a slow but answering ZooKeeper keeps
 #: receiving beats while the first slow replies are still on their way.
 PIPELINE_FLOOR = 1.0
+#: ... or this long while ZooKeeper answered a read of our other session (``bulk``, on the
+#: same server) sent after the oldest beat in flight: our requests are slow, not lost. At
+#: the onset of 2 s fsyncs on an ensemble the leader otherwise stopped beating after 1 s,
+#: and its claim lapsed for 7.7 s; a leader whose replies are lost gets no such answer,
+#: so it still stops after ``PIPELINE_FLOOR`` (a 2 s floor for both made that 9.2 s).
+PIPELINE_ANSWERED = 2.0
+#: The probe goes out once the oldest beat in flight has waited this long.
+PROBE_AFTER = 0.25
 
 
 def margin_holds(*, leader_lease: float, silence_window: float) -> bool:
@@ -185,6 +193,8 @@ class ElectorCallbacks:
     on_stale_server: Callable[[str], object] = _no_word
     step_aside: Callable[[], str | None] = lambda: None
     gate_given: Callable[[IAsyncResult], bool] | None = None
+    # a cheap read on another session to the same server (``leader.heartbeat``)
+    probe: Callable[[], IAsyncResult] | None = None
     step_aside_given: Callable[[IAsyncResult, IAsyncResult], str | None] | None = None
 
 

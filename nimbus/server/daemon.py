@@ -147,6 +147,8 @@ class NimbusDaemon:
                 on_stale_server=lambda why: self.server_mover.move(why),  # made below
                 step_aside=step_aside,
                 step_aside_given=step_aside.given,
+                # slow or lost? the bulk session (same server) answers a read while beats wait
+                probe=lambda: self.bulk_client.exists_async(self.paths.root),
             ),
         )
         self.health = NimbusHealth(
