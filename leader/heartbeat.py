@@ -240,11 +240,11 @@ class Beater:
         result.rawlink(lambda r: self._probe_answered(now, r))
 
     def _probe_answered(self, sent: float, result: IAsyncResult) -> None:
-        """kazoo's callback thread: the server answered (or the request failed)."""
-        with self._guard:
-            self._probe_sent = None
-            if result.successful():
-                self._answered_probe = max(self._answered_probe, sent)
+        """kazoo's callback thread: the server answered (or the request failed). Never
+        blocks (no guard: one probe is out at a time, and these are single assignments)."""
+        if result.successful():
+            self._answered_probe = max(self._answered_probe, sent)
+        self._probe_sent = None
 
     def _answered_now(self, beat: _InFlight) -> None:
         """kazoo's callback thread: hand the reply to the loop, never block."""
