@@ -133,6 +133,70 @@ def next_epoch(current: records.LeaderEpoch | None, epochs: IAsyncResult) -> int
     return max(current.epoch if current else 0, _highest(epochs)) + 1
 
 
+@dataclass(frozen=True)
+class OfficeAttempt:
+    """One take-office multi-op sent (``send_office``): what it was decided from, and its
+    reply to come (``office_outcome``)."""
+
+    result: IAsyncResult
+    ops: list[Op]
+    epoch: int
+    absence_at: int
+    last_term: str
+    lock_node: str
+
+
+def send_office(
+    client: KazooClient,
+    paths: Paths,
+    sent: OfficeReads,
+    *,
+    lock_node: str,
+    holder: str,
+    now_ms: Callable[[], int],
+    beat: str | None,
+    beat_data: bytes,
+    beat_exists: bool | None,
+) -> OfficeAttempt:
+    """Decide the take-office multi-op from ``sent`` (answered, or waited for here) and send
+    it without waiting: ``office_outcome`` reads its reply."""
+    current, version = leader_epoch_of(sent.leader_epoch)
+    epoch = next_epoch(current, sent.epochs)
+    last_term = current.lock_node if current is not None else ""
+    there: bool | None = None
+    if beat is not None and sent.beat is not None:
+        there = sent.beat.get() is not None if beat_exists is None else beat_exists
+    ops, absence_at = office_ops(
+        paths, lock_node=lock_node, holder=holder, epoch=epoch, epoch_version=version,
+        started_ms=now_ms(), last_term=last_term, beat=beat if there is not None else None,
+        beat_data=beat_data, beat_exists=bool(there),
+    )  # fmt: skip
+    return OfficeAttempt(txn.send(client, ops), ops, epoch, absence_at, last_term, lock_node)
+
+
+def office_outcome(attempt: OfficeAttempt, *, timeout: float) -> int | None:
+    """The epoch ``attempt`` took; None when a write of it conflicted with a change since
+    its reads (decide again from fresh reads). ``NotLeaderError`` when our lock node is
+    gone, ``WriteConflictError`` when the last term's lock node is still held (nothing
+    written either way), ``WriteOutcomeUnknown`` when the link dropped with it in flight."""
+    failure = txn.first_failure(txn.wait(attempt.result, timeout=timeout))
+    if failure is None:
+        return attempt.epoch
+    index, error = failure
+    if index == 0:
+        raise NotLeaderError(
+            f"cannot take office: own lock node {attempt.lock_node} is gone"
+        ) from error
+    if index == attempt.absence_at:
+        raise WriteConflictError(
+            f"cannot take office: the last term's lock node {attempt.last_term} is still held "
+            "(our ZooKeeper server showed it gone: it is behind or diverged)",
+            path=attempt.last_term,
+            reason=ConflictReason.EXISTS,
+        ) from error
+    return None
+
+
 def take_office(
     client: KazooClient,
     paths: Paths,
@@ -158,44 +222,30 @@ def take_office(
     attempt (a read sent long before may predate the node); None: as read.
     """
     data = holder.encode() if beat_data is None else beat_data
-    last_error: WriteConflictError | None = None
     for _ in range(TAKE_OFFICE_ATTEMPTS):
         # The reads go out together: one round trip before the multi-op, not three.
         sent = reads if reads is not None else send_office_reads(client, paths, beat)
         reads = None  # a retry after a conflict reads afresh
-        beat_read = sent.beat if beat is not None else None
-        current, version = leader_epoch_of(sent.leader_epoch)
-        epoch = next_epoch(current, sent.epochs)
-        last_term = current.lock_node if current is not None else ""
-        there: bool | None = None
-        if beat is not None and beat_read is not None:
-            there = beat_read.get() is not None if beat_exists is None else beat_exists
-            beat_exists = None
-        ops, absence_at = office_ops(
-            paths, lock_node=lock_node, holder=holder, epoch=epoch, epoch_version=version,
-            started_ms=now_ms(), last_term=last_term, beat=beat if there is not None else None,
-            beat_data=data, beat_exists=bool(there),
+        attempt = send_office(
+            client, paths, sent, lock_node=lock_node, holder=holder, now_ms=now_ms,
+            beat=beat, beat_data=data, beat_exists=beat_exists,
         )  # fmt: skip
-        results = txn.commit(client, ops, timeout=timeout)
-        failure = txn.first_failure(results)
-        if failure is None:
+        beat_exists = None
+        epoch = office_outcome(attempt, timeout=timeout)
+        if epoch is not None:
             return epoch
-        index, error = failure
-        if index == 0:
-            raise NotLeaderError(
-                f"cannot take office: own lock node {lock_node} is gone"
-            ) from error
-        if index == absence_at:
-            raise WriteConflictError(
-                f"cannot take office: the last term's lock node {last_term} is still held "
-                "(our ZooKeeper server showed it gone: it is behind or diverged)",
-                path=last_term,
-                reason=ConflictReason.EXISTS,
-            ) from error
-        last_error = txn.conflict_for(ops[index], error)
-        last_error.__cause__ = error
-    assert last_error is not None
+        last_error = _conflict(attempt)
     raise last_error
+
+
+def _conflict(attempt: OfficeAttempt) -> WriteConflictError:
+    """The conflict that made ``attempt`` (answered) fail, cause kept."""
+    failure = txn.first_failure(attempt.result.get())
+    assert failure is not None
+    index, error = failure
+    conflict = txn.conflict_for(attempt.ops[index], error)
+    conflict.__cause__ = error
+    return conflict
 
 
 def prune_epochs(writer: FencedWriter, client: KazooClient, paths: Paths, *, keep: int) -> int:

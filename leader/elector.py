@@ -30,9 +30,9 @@ from leader.fold import Draft, Fold
 from leader.heartbeat import BeatListener
 from leader.pulse import Pulse
 from leader.read_ahead import WinnerReads, queue_lock
-from leader.seat import Link, Seat
+from leader.seat import Link, Seat, Successor
 from leader.settings import ElectorCallbacks, ElectorSettings, GateStage, History
-from leader.term import Tenure
+from leader.term import HAND_OVER_WAIT, Tenure
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +89,17 @@ class Elector:
         leading = token is not None and not token.cancelled  # not a term ended before
         if token is not None:
             token.cancel(CancelReason.SHUTDOWN)
+        node = self._seat.lock_node()
         if lock is not None:
             lock.cancel()
-            if leading:
+            if leading and node is not None:
                 # Hand over before the term's teardown (duties, callbacks) has run: with
                 # the token cancelled nothing of this term claims, and the delete fails
                 # every fenced write still in flight, so the next replica need not wait.
+                # The teardown then waits for its take-office (bounded), not beside it.
+                successor = Successor(self._client, self._paths, node)
                 self._seat.release(lock)
+                successor.wait(HAND_OVER_WAIT)
         self._released.set()
         self._thread.join(timeout)
         self._seat.release(lock)
@@ -222,7 +226,9 @@ class Elector:
             self._note(f"dropped our own leftover lock node {name}")
         if self._wait_until(queue.wake_at):  # at most one attempt per REQUEUE_BACKOFF
             return
-        lock = queue_lock(self._client, self._paths, self._s.replica_id, self.fold)
+        lock = queue_lock(
+            self._client, self._paths, self._s.replica_id, self.fold, self._tenure.ahead.send
+        )
         if not self._seat.take(lock, self._stopping):
             return
         self._machine.queued(self._clock())
@@ -237,7 +243,7 @@ class Elector:
             raise RuntimeError("won the lock without a lock node")
         ahead_went = ", the node ahead went: no listing" if lock.skipped_listing else ""
         self._note(f"won the lock ({lock.node}{ahead_went})")
-        self._tenure.run(lock, lock_node, lock.reads)
+        self._tenure.run(lock, lock_node, lock.reads, lock.office)
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -61,6 +61,14 @@ class Fold:
             self._pending, self._office = None, office
             self._cond.notify_all()
 
+    def busy(self, lock_node: str) -> bool:
+        """A multi-op in flight, or a term begun, for ``lock_node`` (not waiting)."""
+        with self._cond:
+            office = self._office
+            return self._pending == lock_node or (
+                office is not None and office.lock_node == lock_node
+            )
+
     def taken(self, lock_node: str, timeout: float) -> bool:
         """Whether a term was begun for ``lock_node`` (waiting up to ``timeout`` while its
         multi-op is in flight), without taking it: the lock recipe, woken by the deletion

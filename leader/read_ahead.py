@@ -18,7 +18,11 @@ Two ways to have them without a round trip after winning:
   order), nothing they read changed before the deletion: we won, with those reads, and
   kazoo's listing is skipped. Any change, or a drop, and the listing runs as kazoo's does.
 
-Either way the multi-op still checks everything it was decided from. The child watch
+Next in line, the take-office multi-op itself goes out from kazoo's event thread as the
+deletion arrives (``SendOffice``, ``leader.office_ahead``), before the elector's thread
+wakes: a planned handover then costs the old leader's delete and our multi-op, with no
+thread hop and no decision between. Either way the multi-op still checks everything it
+was decided from. The child watch
 costs a listing of ``/storms`` on the election session, so a replica arms only while that
 folder is small (``WATCHED_STORMS_MAX``); beyond it, a handover lists the queue as kazoo
 does (bulk reads stay off the election session: DESIGN, item 8).
@@ -27,6 +31,7 @@ does (bulk reads stay off the election session: DESIGN, item 8).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
@@ -37,7 +42,7 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import ForceRetryError
 
 from cluster.paths import Paths
-from fencing.office import OfficeReads, send_office_reads
+from fencing.office import OfficeAttempt, OfficeReads, send_office_reads
 from leader.fold import Fold
 
 
@@ -59,6 +64,23 @@ def send_winner_reads(client: KazooClient, paths: Paths, lock_node: str) -> Winn
     )
 
 
+@dataclass(frozen=True)
+class DecidedAhead:
+    """What was decided at the node ahead's deletion: the take-office multi-op sent, with
+    the term's first beat it writes (its send time, the claim it announces: ``renew`` once
+    acknowledged); or, ``attempt`` None, stepping aside for a planned handover (``aside``,
+    why: the step-aside check answers once per handover)."""
+
+    attempt: OfficeAttempt | None
+    sent: float = 0.0
+    lease: float = 0.0
+    aside: str = ""
+
+
+#: At the node ahead's deletion (kazoo's event thread; must not raise): send the take-office
+#: multi-op for our lock node, or step aside, decided from the reads; None: the elector's.
+SendOffice = Callable[[str, WinnerReads], DecidedAhead | None]
+
 #: How long the lock recipe, woken by a deletion, waits for our own preemption's reply.
 FOLD_WAIT = 5.0
 
@@ -77,19 +99,25 @@ class _NextInLine:
     reads: WinnerReads
     storms_watch: IAsyncResult  # the child watch is armed only if this listing succeeds
     changed: threading.Event = field(default_factory=threading.Event)
+    office: DecidedAhead | None = None  # decided at the deletion
 
 
 def queue_lock(
-    client: KazooClient, paths: Paths, identifier: str, fold: Fold | None = None
+    client: KazooClient,
+    paths: Paths,
+    identifier: str,
+    fold: Fold | None = None,
+    send_office: SendOffice | None = None,
 ) -> ReadAheadLock:
     """A place in the lock queue: the one kazoo recipe outside ``fencing/`` that writes
     (its own lock node; tests/test_write_discipline.py holds every other module to that)."""
-    return ReadAheadLock(client, paths, identifier, fold)
+    return ReadAheadLock(client, paths, identifier, fold, send_office)
 
 
 class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
     """kazoo's ``Lock`` on the lock queue with the winner's reads sent ahead (see the
-    module's doc): ``reads`` holds those to decide from once ``acquire`` returns True.
+    module's doc): ``reads`` holds those to decide from once ``acquire`` returns True, and
+    ``office`` the take-office multi-op ``send_office`` sent at the deletion, if it did.
 
     The elector's thread lists; kazoo's event thread sees the watches fire (and sends the
     reads again after a change) and the node ahead go; kazoo's connection thread sees the
@@ -97,12 +125,19 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
     """
 
     def __init__(
-        self, client: KazooClient, paths: Paths, identifier: str, fold: Fold | None = None
+        self,
+        client: KazooClient,
+        paths: Paths,
+        identifier: str,
+        fold: Fold | None = None,
+        send_office: SendOffice | None = None,
     ) -> None:
         super().__init__(client, paths.leader_lock, identifier=identifier)
         self._paths = paths
         self._fold = fold
+        self._send_office = send_office
         self.reads: WinnerReads | None = None
+        self.office: DecidedAhead | None = None
         self.skipped_listing = False  # won on the deletion of the node ahead
         self._guard = threading.Lock()
         self._next: _NextInLine | None = None
@@ -114,8 +149,9 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
         when the node ahead went while what we read stayed put."""
         with self._guard:
             won, self._won_by, self._next = self._won_by, None, None
-        if won is not None and self._still_valid(won):
-            self.reads, self.skipped_listing = won.reads, True
+        # A multi-op sent at the deletion is ours to collect, whatever changed since.
+        if won is not None and (won.office is not None or self._still_valid(won)):
+            self.reads, self.office, self.skipped_listing = won.reads, won.office, True
             self._stop_listening()
             return None
         if self._fold is not None and self._fold.taken(self._paths.lock_node(node), FOLD_WAIT):
@@ -200,7 +236,9 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
 
     def _watch_predecessor(self, event: WatchedEvent) -> None:
         """kazoo's event thread: every earlier event's callback has run, so ``changed``
-        says whether anything our reads read changed before this deletion."""
+        says whether anything our reads read changed before this deletion. Won: what
+        changes from now on (our own multi-op's writes first) is the term's to see."""
+        won = None
         with self._guard:
             watched = self._next
             if (
@@ -209,8 +247,23 @@ class ReadAheadLock(Lock):  # type: ignore[misc]  # kazoo is untyped
                 and event.path == watched.predecessor
                 and not watched.changed.is_set()
             ):
-                self._won_by = watched
+                self._won_by = won = watched
+                self._next = None
+        if won is not None and self._send_office is not None and _answered(won):
+            won.office = self._send_office(self._paths.lock_node(won.node), won.reads)
         super()._watch_predecessor(event)
+
+
+def _answered(won: _NextInLine) -> bool:
+    """Every read the take-office decision needs is answered (sent before the deletion, so
+    by now unless the connection dropped; kazoo's event thread must not wait on one), and
+    the child watch on ``/storms`` was armed. A read that failed is the decision's to see
+    (``/handover`` is mostly absent)."""
+    office = won.reads.office
+    reads = [won.reads.storms, won.reads.handover, office.leader_epoch, office.epochs]
+    reads += [office.beat] if office.beat is not None else []
+    armed = won.storms_watch.ready() and won.storms_watch.successful()
+    return armed and all(read.ready() for read in reads)
 
 
 def _few(storms: IAsyncResult, *, wait: bool = True) -> bool:

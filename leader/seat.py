@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.lock import Lock
 
 from cluster.paths import Paths
@@ -138,3 +140,31 @@ def leave_lock(client: KazooClient, paths: Paths, lock: Lock, *, timeout: float)
         log.info("not connected: leaving lock node %s to the session", node)
     lock.is_acquired = False
     lock.node = None
+
+
+class Successor:
+    """A stopping leader's view of its successor's take-office: armed before our lock node's
+    delete (a watch on ``/leader-epoch`` and a listing of the queue, on our session, ahead of
+    the delete), so ``wait`` can hold our teardown (its writes, our sessions' close, its
+    CPU) until the replica next in line has taken office: on a small machine they compete
+    with that replica's take-office, which the handover waits for."""
+
+    def __init__(self, client: KazooClient, paths: Paths, lock_node: str) -> None:
+        self.took = threading.Event()
+        self._lock_name = lock_node.rpartition("/")[2]
+        self._queue = client.get_children_async(paths.leader_lock)
+        client.exists_async(paths.leader_epoch, watch=self._changed)
+
+    def _changed(self, _: WatchedEvent) -> None:
+        self.took.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Up to ``timeout`` for ``/leader-epoch`` to change, if anyone was queued behind us;
+        True once it changed (False at once with nobody behind, or the queue unread)."""
+        try:
+            queue = self._queue.get(timeout=timeout)
+        except (KazooException, KazooTimeoutError):
+            return False
+        if not any(name != self._lock_name for name in queue):
+            return False
+        return self.took.wait(timeout)

@@ -23,17 +23,19 @@ from fencing import (
     WriteConflictError,
     WriteOutcomeUnknown,
 )
-from fencing.office import prune_epochs, read_leader_epoch, take_office
+from fencing.office import office_outcome, prune_epochs, read_leader_epoch, take_office
 from leader.cycle import CycleMachine, Decision, OfficeOutcome, TermVerdict, Verdict
 from leader.fold import Fold
+from leader.office_ahead import OfficeAhead
 from leader.pulse import Pulse
-from leader.read_ahead import WinnerReads
+from leader.read_ahead import DecidedAhead, WinnerReads
 from leader.seat import Link, Seat
 from leader.settings import CodeGate, ElectorCallbacks, ElectorSettings, GateStage
 
 log = logging.getLogger(__name__)
 
-#: Longest a stopping leader's teardown waits for its lock node's delete, in seconds.
+#: Longest a stopping leader's teardown waits for its lock node's delete, and then for the
+#: next replica's take-office, in seconds (each).
 HAND_OVER_WAIT = 1.0
 
 
@@ -137,6 +139,10 @@ class Tenure:
         self._clock, self._wall_ms = clock, wall_ms
         self._released, self._fold = released, fold
         self.epoch = 0  # of the current or last term (0 before the first)
+        self.ahead = OfficeAhead(
+            client, settings, callbacks, pulse=pulse, fold=fold, stopping=stopping,
+            step_aside=self._step_aside, wall_ms=wall_ms,
+        )  # fmt: skip
 
     def _step_aside(self, reads: WinnerReads | None) -> str | None:
         try:
@@ -147,27 +153,51 @@ class Tenure:
             log.warning("could not read a handover: %s", e)
             return None
 
-    def run(self, lock: Lock, lock_node: str, reads: WinnerReads | None) -> None:
+    def run(
+        self,
+        lock: Lock,
+        lock_node: str,
+        reads: WinnerReads | None,
+        ahead: DecidedAhead | None = None,
+    ) -> None:
         """We won ``lock``: take office and serve; return once the term ended. ``reads``:
-        those sent behind the winning listing (``leader.read_ahead``), None to read now."""
+        those sent behind the winning listing (``leader.read_ahead``), None to read now;
+        ``ahead``: what was decided at the deletion (``leader.office_ahead``)."""
         self._do.taking_office(True)
         try:
-            epoch = self._office(lock, lock_node, reads)
+            epoch = self._office(lock, lock_node, reads, ahead)
         finally:
             self._do.taking_office(False)
         if epoch is not None:
             self._serve(lock, lock_node, epoch)
 
-    def _office(self, lock: Lock, lock_node: str, reads: WinnerReads | None) -> int | None:
+    def _office(
+        self, lock: Lock, lock_node: str, reads: WinnerReads | None, ahead: DecidedAhead | None
+    ) -> int | None:
         """The gate after winning, then the take-office multi-op: the new epoch, or None."""
+        if ahead is not None and ahead.attempt is None:  # decided at the deletion
+            self._note(f"stepped aside: {ahead.aside}")
+            self._seat.release(lock)
+            return None
+        if ahead is not None and ahead.attempt is not None:  # sent at the deletion
+            try:
+                epoch = office_outcome(ahead.attempt, timeout=self._s.session_timeout)
+            except (NotLeaderError, WriteConflictError) as e:
+                self._office_failed(lock, OfficeOutcome.REFUSED, e)
+                return None
+            except WriteOutcomeUnknown as e:
+                self._office_failed(lock, OfficeOutcome.UNKNOWN, e)
+                return None
+            if epoch is not None:
+                return self._took(ahead.sent, ahead.lease, epoch)
+            self._note("the take-office sent at the deletion conflicted: deciding again")
+            reads = None  # from fresh reads
         if self._stopping.is_set():
             return None
         folded = self._fold.take(lock_node, timeout=self._s.session_timeout)
         if folded is not None:  # the preemption's multi-op took office (and beat) for us
-            self._pulse.renew(folded.sent, folded.lease)
-            self.epoch = folded.epoch
-            self._note(f"took office, epoch {folded.epoch} (in the preemption's multi-op)")
-            return folded.epoch
+            how = " (in the preemption's multi-op)"
+            return self._took(folded.sent, folded.lease, folded.epoch, how)
         gate = self._gate(GateStage.AFTER_WINNING, reads)
         if gate is None or gate.verdict is not Verdict.TAKE_OFFICE:
             self._seat.release(lock)  # never hold the lock while waiting for code
@@ -195,9 +225,12 @@ class Tenure:
         except KazooException as e:
             self._office_failed(lock, OfficeOutcome.READ_FAILED, e)
             raise
+        return self._took(sent, lease, epoch)
+
+    def _took(self, sent: float, lease: float, epoch: int, how: str = "") -> int:
         self._pulse.renew(sent, lease)  # the take-office multi-op is the term's first beat
         self.epoch = epoch
-        self._note(f"took office, epoch {epoch}")
+        self._note(f"took office, epoch {epoch}{how}")
         return epoch
 
     def _office_failed(self, lock: Lock, outcome: OfficeOutcome, e: Exception) -> None:
