@@ -15,6 +15,7 @@ since the successor looked, or a term that changed, makes the whole delete fail.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -198,9 +199,18 @@ def preempt_beatless(
     return _preempt_outcome(ops, txn.commit(client, ops, timeout=timeout))
 
 
-def leave_queue(client: KazooClient, *, lock_node: str, timeout: float) -> bool:
+def leave_queue(
+    client: KazooClient,
+    *,
+    lock_node: str,
+    timeout: float,
+    then: Callable[[], object] | None = None,
+) -> bool:
     """Delete our own lock node within ``timeout`` (kazoo's ``Lock.release`` retries without
     bound while the link is down). True when deleted, False when already gone;
-    ``WriteOutcomeUnknown`` when the link dropped with it in flight."""
-    results = txn.commit(client, [Delete(lock_node)], timeout=timeout)
-    return txn.first_failure(results) is None
+    ``WriteOutcomeUnknown`` when the link dropped with it in flight. ``then``: called once
+    the delete is sent, before its reply (requests it sends go out behind the delete)."""
+    sent = txn.send(client, [Delete(lock_node)])
+    if then is not None:
+        then()
+    return txn.first_failure(txn.wait(sent, timeout=timeout)) is None

@@ -97,9 +97,14 @@ class Elector:
                 # the token cancelled nothing of this term claims, and the delete fails
                 # every fenced write still in flight, so the next replica need not wait.
                 # The teardown then waits for its take-office (bounded), not beside it.
-                successor = Successor(self._client, self._paths, node)
-                self._seat.release(lock)
-                successor.wait(HAND_OVER_WAIT)
+                successor: list[Successor] = []
+
+                def arm(node: str = node) -> None:  # behind the delete, not ahead of it
+                    successor.append(Successor(self._client, self._paths, node))
+
+                self._seat.release(lock, then=arm)
+                if successor:
+                    successor[0].wait(HAND_OVER_WAIT)
         self._released.set()
         self._thread.join(timeout)
         self._seat.release(lock)

@@ -11,12 +11,14 @@ import logging
 import threading
 from collections.abc import Callable
 
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.lock import Lock
 
+from cluster.api import records
 from cluster.paths import Paths
 from fencing import FencingError, LeadershipToken
 from fencing.beats import leave_queue
@@ -64,11 +66,11 @@ class Seat:
             lock = self._lock
         return None if lock is None else self._paths.lock_node_of(lock)
 
-    def release(self, lock: Lock | None) -> None:
-        """Leave the queue within a deadline (``leave_lock``)."""
+    def release(self, lock: Lock | None, then: Callable[[], object] | None = None) -> None:
+        """Leave the queue within a deadline (``leave_lock``; ``then`` as there)."""
         if lock is None:
             return
-        leave_lock(self._client, self._paths, lock, timeout=self._timeout)
+        leave_lock(self._client, self._paths, lock, timeout=self._timeout, then=then)
         self._drop(lock)
 
     def forget(self, lock: Lock) -> None:
@@ -124,14 +126,21 @@ class Link:
         self._on_lost(state)
 
 
-def leave_lock(client: KazooClient, paths: Paths, lock: Lock, *, timeout: float) -> None:
+def leave_lock(
+    client: KazooClient,
+    paths: Paths,
+    lock: Lock,
+    *,
+    timeout: float,
+    then: Callable[[], object] | None = None,
+) -> None:
     """Delete our lock node within ``timeout`` and forget it; also drops a lock whose node
     is already gone (kazoo would keep believing it holds it). Not kazoo's ``release``: it
     retries without bound while the link is down, and SIGTERM would hang on it."""
     node = paths.lock_node_of(lock)
     if node is not None and client.state == KazooState.CONNECTED:
         try:
-            leave_queue(client, lock_node=node, timeout=timeout)
+            leave_queue(client, lock_node=node, timeout=timeout, then=then)
         except (KazooException, FencingError) as e:
             # The session's end removes the node, and a later cycle drops it if the
             # session survives (``Membership.drop_session_nodes``).
@@ -143,28 +152,40 @@ def leave_lock(client: KazooClient, paths: Paths, lock: Lock, *, timeout: float)
 
 
 class Successor:
-    """A stopping leader's view of its successor's take-office: armed before our lock node's
-    delete (a watch on ``/leader-epoch`` and a listing of the queue, on our session, ahead of
-    the delete), so ``wait`` can hold our teardown (its writes, our sessions' close, its
-    CPU) until the replica next in line has taken office: on a small machine they compete
-    with that replica's take-office, which the handover waits for."""
+    """A stopping leader's view of its successor's take-office, so that our teardown (its
+    writes, our sessions' close, its CPU), which on a small machine competes with that
+    take-office, waits for it. Made right after our lock node's delete is sent (``then``
+    of ``leave_lock``): its listing of the queue and its watched read of ``/leader-epoch``
+    go out behind the delete, not ahead of it."""
 
     def __init__(self, client: KazooClient, paths: Paths, lock_node: str) -> None:
         self.took = threading.Event()
-        self._lock_name = lock_node.rpartition("/")[2]
+        self._lock_node = lock_node
         self._queue = client.get_children_async(paths.leader_lock)
-        client.exists_async(paths.leader_epoch, watch=self._changed)
+        self._epoch = client.get_async(paths.leader_epoch, watch=self._changed)
 
     def _changed(self, _: WatchedEvent) -> None:
         self.took.set()
 
     def wait(self, timeout: float) -> bool:
-        """Up to ``timeout`` for ``/leader-epoch`` to change, if anyone was queued behind us;
-        True once it changed (False at once with nobody behind, or the queue unread)."""
+        """Up to ``timeout`` for ``/leader-epoch`` to name another lock node than ours, if
+        anyone is queued; True once it does (False at once with nobody queued, or the
+        queue unread)."""
         try:
             queue = self._queue.get(timeout=timeout)
+            data, _ = self._epoch.get(timeout=timeout)
         except (KazooException, KazooTimeoutError):
             return False
-        if not any(name != self._lock_name for name in queue):
+        if not any(self._lock_node != f"{_folder(self._lock_node)}/{name}" for name in queue):
             return False
+        try:
+            named = records.LeaderEpoch.FromString(data).lock_node
+        except DecodeError:
+            named = ""
+        if named and named != self._lock_node:
+            return True  # taken already: before our read was answered
         return self.took.wait(timeout)
+
+
+def _folder(path: str) -> str:
+    return path.rpartition("/")[0]

@@ -68,6 +68,11 @@ def lead_term(
         callbacks.on_deposed(token.why)
 
 
+def _failed(e: Exception) -> OfficeOutcome:
+    """A take-office that wrote nothing (refused), or whose outcome is unknown."""
+    return OfficeOutcome.UNKNOWN if isinstance(e, WriteOutcomeUnknown) else OfficeOutcome.REFUSED
+
+
 def judge_term(
     client: KazooClient,
     paths: Paths,
@@ -182,11 +187,8 @@ class Tenure:
         if ahead is not None and ahead.attempt is not None:  # sent at the deletion
             try:
                 epoch = office_outcome(ahead.attempt, timeout=self._s.session_timeout)
-            except (NotLeaderError, WriteConflictError) as e:
-                self._office_failed(lock, OfficeOutcome.REFUSED, e)
-                return None
-            except WriteOutcomeUnknown as e:
-                self._office_failed(lock, OfficeOutcome.UNKNOWN, e)
+            except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown) as e:
+                self._office_failed(lock, _failed(e), e)
                 return None
             if epoch is not None:
                 return self._took(ahead.sent, ahead.lease, epoch)
@@ -216,11 +218,8 @@ class Tenure:
                 reads=None if reads is None else reads.office,
                 beat_exists=self._pulse.beat_made(lock_node),
             )  # fmt: skip
-        except (NotLeaderError, WriteConflictError) as e:
-            self._office_failed(lock, OfficeOutcome.REFUSED, e)
-            return None
-        except WriteOutcomeUnknown as e:
-            self._office_failed(lock, OfficeOutcome.UNKNOWN, e)
+        except (NotLeaderError, WriteConflictError, WriteOutcomeUnknown) as e:
+            self._office_failed(lock, _failed(e), e)
             return None
         except KazooException as e:
             self._office_failed(lock, OfficeOutcome.READ_FAILED, e)

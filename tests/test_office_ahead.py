@@ -173,12 +173,19 @@ def test_the_successor_watch_waits_only_with_someone_queued_behind(
     zk_client: KazooClient,
 ) -> None:
     ensure_folders(zk_client, PATHS.folders())
+
+    def naming(node: str) -> bytes:
+        return records.LeaderEpoch(epoch=1, holder="x", lock_node=node).SerializeToString()
+
     own = zk_client.create(PATHS.lock_node("x__lock__"), b"", ephemeral=True, sequence=True)
+    zk_client.create(PATHS.leader_epoch, naming(own))
     alone = Successor(zk_client, PATHS, own)
     assert alone.wait(5) is False  # at once: nobody to wait for
-    zk_client.create(PATHS.lock_node("y__lock__"), b"", ephemeral=True, sequence=True)
+    other = zk_client.create(PATHS.lock_node("y__lock__"), b"", ephemeral=True, sequence=True)
     nobody_took = Successor(zk_client, PATHS, own)
     assert nobody_took.wait(0.2) is False
     took = Successor(zk_client, PATHS, own)
-    zk_client.create(PATHS.leader_epoch, b"")
+    zk_client.set(PATHS.leader_epoch, naming(other))
     assert took.wait(5) is True
+    already = Successor(zk_client, PATHS, own)  # its read answered after the take-office
+    assert already.wait(5) is True and not already.took.is_set()
