@@ -20,12 +20,12 @@ Two ways to have them without a round trip after winning:
 
 Next in line, the take-office multi-op itself goes out from kazoo's event thread as the
 deletion arrives (``SendOffice``, ``leader.office_ahead``), before the elector's thread
-wakes: a planned handover then costs the old leader's delete and our multi-op, with no
+wakes: a graceful handover then costs the old leader's delete and our multi-op, with no
 thread hop and no decision between. Either way the multi-op still checks everything it
-was decided from. The child watch
-costs a listing of ``/storms`` on the election session, so a replica arms only while that
-folder is small (``WATCHED_STORMS_MAX``); beyond it, a handover lists the queue as kazoo
-does (bulk reads stay off the election session: DESIGN, item 8).
+was decided from. The child watch costs a listing of ``/storms`` on the election session,
+so a replica arms only while that folder is small (``WATCHED_STORMS_MAX``); beyond it, a
+handover lists the queue as kazoo does (bulk reads stay off the election session: DESIGN,
+item 8).
 """
 
 from __future__ import annotations
