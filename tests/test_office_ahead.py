@@ -73,16 +73,21 @@ def test_the_take_office_goes_out_on_kazoos_event_thread_as_the_node_ahead_goes(
         assert current.lock_node == PATHS.lock_node(lock.node)
 
 
-def test_a_change_before_the_node_ahead_goes_leaves_the_take_office_to_the_elector(
+def test_a_change_just_before_the_node_ahead_goes_is_in_what_the_take_office_decided_from(
     zk_client: KazooClient, zk_hosts: str
 ) -> None:
+    """The change fires a watch: the reads are sent again, and the take-office goes out at
+    the deletion only from those (answered by then, or the elector decides)."""
     ensure_folders(zk_client, PATHS.folders())
     assert queue_lock(zk_client, PATHS, "holder:1").acquire(timeout=10)
-    calls: list[str] = []
+    seen: list[int] = []
+
+    def send(lock_node: str, reads: WinnerReads) -> DecidedAhead | None:
+        seen.append(int(reads.storms.get(timeout=0).numChildren))
+        return None
+
     with kazoo_session(zk_hosts) as follower:
-        lock = queue_lock(
-            follower, PATHS, "follower:1", send_office=lambda node, _: calls.append(node)
-        )
+        lock = queue_lock(follower, PATHS, "follower:1", send_office=send)
         won = threading.Event()
         threading.Thread(target=_win, args=(lock, won), daemon=True).start()
         wait_until(lambda: lock._next is not None, timeout=10, message="the follower armed")
@@ -91,7 +96,9 @@ def test_a_change_before_the_node_ahead_goes_leaves_the_take_office_to_the_elect
         tx.delete(_first(zk_client))
         tx.commit()
         assert won.wait(10), "the follower never won"
-    assert calls == [] and lock.office is None
+    assert all(n == 1 for n in seen), seen  # never from the reads before the change
+    assert lock.office is None and lock.reads is not None
+    assert lock.reads.storms.get().numChildren == 1
 
 
 def _elector(
