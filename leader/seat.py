@@ -11,17 +11,16 @@ import logging
 import threading
 from collections.abc import Callable
 
-from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.recipe.lock import Lock
 
-from cluster.api import records
 from cluster.paths import Paths
 from fencing import FencingError, LeadershipToken
 from fencing.beats import leave_queue
+from fencing.office import leader_epoch_of
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +159,7 @@ class Successor:
 
     def __init__(self, client: KazooClient, paths: Paths, lock_node: str) -> None:
         self.took = threading.Event()
-        self._lock_node = lock_node
+        self._paths, self._lock_node = paths, lock_node
         self._queue = client.get_children_async(paths.leader_lock)
         self._epoch = client.get_async(paths.leader_epoch, watch=self._changed)
 
@@ -173,19 +172,12 @@ class Successor:
         queue unread)."""
         try:
             queue = self._queue.get(timeout=timeout)
-            data, _ = self._epoch.get(timeout=timeout)
-        except (KazooException, KazooTimeoutError):
+            self._epoch.get(timeout=timeout)  # sent behind the listing: answered by now
+        except (KazooException, KazooTimeoutError):  # no term on record, or no answer
             return False
-        if not any(self._lock_node != f"{_folder(self._lock_node)}/{name}" for name in queue):
+        if all(self._paths.lock_node(name) == self._lock_node for name in queue):
             return False
-        try:
-            named = records.LeaderEpoch.FromString(data).lock_node
-        except DecodeError:
-            named = ""
-        if named and named != self._lock_node:
+        current, _ = leader_epoch_of(self._epoch)
+        if current is not None and current.lock_node != self._lock_node:
             return True  # taken already: before our read was answered
         return self.took.wait(timeout)
-
-
-def _folder(path: str) -> str:
-    return path.rpartition("/")[0]
