@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cluster.api import records
 from nimbus.duties.lifecycle import REQUESTS_KEPT
@@ -230,18 +230,25 @@ def check_all(
     }
 
 
-def stale_claims(polls: list[tuple[float, dict[int, int]]], old: int, epoch: int) -> list[str]:
-    """Polls (time, replica -> epoch it claims) in which replica ``old``, deposed from term
-    ``epoch``, still answered as leader once some replica had claimed a newer term.
+def stale_claims(
+    samples: Sequence[tuple[float, float, int, int]], old: int, epoch: int
+) -> list[str]:
+    """Answers (sent, received, replica, epoch) in which replica ``old``, deposed from term
+    ``epoch``, still answered as leader to a request sent after some replica's answer
+    claiming a newer term had been received: in real time, after the new term.
 
-    Every poll is kept, before and after the new term is first seen: a check that stops
-    recording when the new term appears cannot see the old leader claiming after it.
+    Each answer is timed on its own. A poll asks the replicas one after another, so one
+    poll can hold the old leader's answer from before the new term and the new leader's
+    from after it; judging by the poll's time would call that overlap. Every answer is
+    kept, before and after the new term is first seen: a check that stops recording when
+    the new term appears cannot see the old leader claiming after it.
     """
-    newer_at = next((t for t, claims in polls if any(e > epoch for e in claims.values())), None)
+    newer_at = min((r for _s, r, _replica, e in samples if e > epoch), default=None)
     if newer_at is None:
         return []
     return [
-        f"at {t:.3f}: replica {old} claimed epoch {claims[old]} after a newer term"
-        for t, claims in polls
-        if t >= newer_at and old in claims and claims[old] <= epoch
+        f"at {sent:.3f}: replica {old} claimed epoch {e} after a newer term (seen at "
+        f"{newer_at:.3f})"
+        for sent, _r, replica, e in samples
+        if replica == old and e <= epoch and sent > newer_at
     ]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 from kazoo.client import KazooClient
@@ -28,6 +30,15 @@ from tests.waiting import wait_until
 
 ROOT = "/storm"
 GRPC_PORT = 6627
+
+
+class ClaimSample(NamedTuple):
+    """A replica's answer as leader: when it was asked, when it answered, which epoch."""
+
+    sent: float
+    received: float
+    replica: int
+    epoch: int
 
 
 @dataclass
@@ -160,19 +171,27 @@ class KernelCluster:
 
     def claims(self) -> dict[int, int]:
         """Replica index -> epoch, for every replica that answers as the leader now."""
-        found: dict[int, int] = {}
+        return {replica: epoch for _s, _r, replica, epoch in self.claim_samples()}
+
+    def claim_samples(self) -> list[ClaimSample]:
+        """One (sent, received, replica, epoch) per replica answering as the leader, each
+        timed on its own: the replicas are asked one after another, so a poll is a span,
+        not an instant, and only these times order one replica's answer after another's."""
+        found: list[ClaimSample] = []
         for replica in self.replicas:
             if not replica.alive():
                 continue
             with grpc.insecure_channel(replica.address) as channel:
+                sent = time.monotonic()
                 try:
                     reply = rpc.NimbusStub(channel).GetLeaderAddress(
                         pb.GetLeaderAddressRequest(), timeout=0.5
                     )
                 except grpc.RpcError:
                     continue
+                received = time.monotonic()
             if reply.responder_is_leader:
-                found[replica.index] = int(reply.epoch)
+                found.append(ClaimSample(sent, received, replica.index, int(reply.epoch)))
         return found
 
     def leader(self) -> tuple[int, int] | None:

@@ -275,13 +275,30 @@ def _touch(base: records.StormBase) -> None:
 
 
 def test_stale_claims_sees_an_old_leader_claiming_after_the_new_term() -> None:
-    """Planted: replica 0 (term 3) still answers as leader in a poll after replica 1 claimed
-    term 4. The old check stopped recording at the first sight of term 4 and saw nothing."""
-    polls = [(1.0, {0: 3}), (1.05, {0: 3, 1: 4}), (1.10, {0: 3, 1: 4}), (1.15, {1: 4})]
-    assert len(stale_claims(polls, old=0, epoch=3)) == 2
-    clean = [(1.0, {0: 3}), (1.05, {1: 4}), (1.10, {1: 4})]
+    """Planted: replica 0 (term 3) still answers as leader to requests sent after replica
+    1's answer claiming term 4 was received. The old check stopped recording at the first
+    sight of term 4 and saw nothing."""
+    samples = [
+        (1.00, 1.01, 0, 3),
+        (1.05, 1.06, 1, 4),
+        (1.10, 1.11, 0, 3),  # stale: asked after term 4 was seen at 1.06
+        (1.15, 1.16, 1, 4),
+        (1.20, 1.21, 0, 3),  # stale
+    ]
+    assert len(stale_claims(samples, old=0, epoch=3)) == 2
+    clean = [(1.00, 1.01, 0, 3), (1.05, 1.06, 1, 4), (1.10, 1.11, 1, 4)]
     assert stale_claims(clean, old=0, epoch=3) == []
-    assert stale_claims([(1.0, {0: 3})], old=0, epoch=3) == [], "no newer term: nothing stale"
+    assert stale_claims([(1.0, 1.01, 0, 3)], old=0, epoch=3) == [], "no newer term"
+
+
+def test_stale_claims_orders_answers_not_polls() -> None:
+    """One poll asks replica 0, then replica 1: replica 0's answer from before the new term
+    and replica 1's from after it share the poll but are no overlap (CI saw this called
+    one); replica 0 asked after replica 1 answered is."""
+    one_poll = [(2.000, 2.004, 0, 3), (2.005, 2.009, 1, 4)]
+    assert stale_claims(one_poll, old=0, epoch=3) == []
+    old_after = [(2.000, 2.004, 1, 4), (2.005, 2.009, 0, 3)]
+    assert len(stale_claims(old_after, old=0, epoch=3)) == 1
 
 
 def test_a_pause_as_long_as_the_silence_window_is_a_failover_not_a_ride_through() -> None:
