@@ -164,8 +164,9 @@ class Elector:
         self._pulse.on_beat(listener)
 
     def on_stall(self, after: Callable[[], float], callback: Callable[[float], object]) -> None:
-        """Call ``callback(seconds)`` once per stall: our oldest beat in flight unanswered
-        for ``after()`` seconds on a connection that stays up."""
+        """Call ``callback(seconds)`` when our oldest beat in flight is unanswered for
+        ``after()`` seconds on a connection that stays up, and again as that wait grows
+        (``leader.heartbeat.Beater.on_stall``)."""
         self._pulse.on_stall(after, callback)
 
     @property

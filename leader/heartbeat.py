@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 #: A gap between two turns of the beater longer than this is our own pause (SIGSTOP, a
 #: frozen VM, starvation), not the server's: a stall is timed afresh from the end of it.
 _OWN_PAUSE = 1.0
+#: A stall still going is reported again once it grew by this factor since the last
+#: report: a move refused (no other server looked faster yet) is asked again while the
+#: beat stays unanswered, each time with a longer wait to compare against.
+STALL_REPORT_GROWTH = 1.5
 #: Beats in flight at most, whatever their age.
 MAX_IN_FLIGHT = 64
 
@@ -110,7 +114,7 @@ class Beater:
         self._answered: queue.SimpleQueue[_InFlight] = queue.SimpleQueue()
         self._node: str | None = None  # the lock node our beat node was made for
         self._stall_from = float("-inf")  # no stall counts from before our own pause
-        self._stall_reported = False
+        self._stall_again = 0.0  # report the stall in flight again at this age (0: not yet)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = guarded_thread("beater", self._run, self._stop, backoff=0.2)
@@ -119,10 +123,11 @@ class Beater:
         self._listeners.append(listener)
 
     def on_stall(self, after: Callable[[], float], callback: Callable[[float], object]) -> None:
-        """Call ``callback(seconds)`` once per stall: the oldest beat in flight unanswered
-        for ``after()`` seconds on a connection that stays up (a server cut from its quorum
+        """Call ``callback(seconds)`` when the oldest beat in flight is unanswered for
+        ``after()`` seconds on a connection that stays up (a server cut from its quorum
         holds writes without closing the connection: moving elsewhere beats again, same
-        session)."""
+        session), and again each time that wait grew by ``STALL_REPORT_GROWTH`` while no
+        beat is answered."""
         self._stall_after, self._on_stall = after, callback
 
     def latency(self) -> float:
@@ -174,6 +179,7 @@ class Beater:
             now = self._clock()
             if now - looked > _OWN_PAUSE:
                 self._stall_from = now  # we were paused, not the server
+                self._stall_again = 0.0
             looked = now
             while not self._answered.empty():
                 self._settle(self._answered.get())
@@ -275,7 +281,7 @@ class Beater:
             acked = self._clock()
             self._meter.answered(beat.sent, acked)
             self._claim.renew(beat.sent, beat.lease)
-            self._stall_reported = False
+            self._stall_again = 0.0
             ack = BeatAck(beat.sent, acked, beat.lease)
         for listener in list(self._listeners):
             listener(ack)
@@ -283,15 +289,15 @@ class Beater:
 
     def _look_for_stall(self, now: float) -> None:
         after, callback = self._stall_after, self._on_stall
-        if callback is None or after is None or self._stall_reported:
+        if callback is None or after is None:
             return
         with self._guard:
             if not self._flight:
                 return
             stall = now - max(self._flight[0].sent, self._stall_from)
-        if stall < after() or self._client.state != KazooState.CONNECTED:
+        if stall < max(after(), self._stall_again) or self._client.state != KazooState.CONNECTED:
             return
-        self._stall_reported = True
+        self._stall_again = stall * STALL_REPORT_GROWTH
         try:
             callback(stall)
         except Exception:  # a failed reaction must not stop the beats

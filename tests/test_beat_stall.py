@@ -5,6 +5,7 @@ session, and beats again there. Real 3-server ensemble; the follower is SIGSTOPp
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -16,7 +17,7 @@ from cluster.server_move import Move, ServerMover, current_server
 from devtools.zkserver import ZooKeeperCluster
 from fencing import ensure_folders
 from fencing.lease import Lease
-from leader.heartbeat import Beater
+from leader.heartbeat import STALL_REPORT_GROWTH, Beater
 from tests.waiting import wait_until
 
 
@@ -61,6 +62,45 @@ def test_a_beat_held_by_a_frozen_server_moves_the_replica_and_it_beats_again(
     finally:
         beater.stop()
         mover.stop()
+        zk.resume(follower)
+        client.stop()
+        client.close()
+
+
+def test_a_stall_that_goes_on_is_reported_again_as_it_grows(
+    healthy_ensemble: ZooKeeperCluster,
+) -> None:
+    """A move refused at the first report (no other server looked faster yet: CI saw this
+    under a uniformly slow disk, and kazoo's own reconnect came first) must be asked again
+    while the beat stays unanswered, each time with a longer wait: one report per stall
+    never asked again."""
+    zk = healthy_ensemble
+    follower = next(i for i in range(zk.size) if zk.node_mode(i) == "follower")
+    client = KazooClient(hosts=zk.node_connect_string(follower), timeout=10.0)
+    client.start(timeout=30)
+    paths = Paths(f"/stall-again-{uuid.uuid4().hex[:8]}")
+    ensure_folders(client, paths.folders())
+    lock_node = client.create(f"{paths.leader_lock}/r1__lock__", ephemeral=True, sequence=True)
+    acked: list[float] = []
+    reports: list[float] = []
+    beater = Beater(
+        client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
+        timeout=10.0, on_lock_gone=lambda _node: None,
+    )  # fmt: skip
+    beater.add_listener(lambda ack: acked.append(ack.sent))
+    beater.on_stall(lambda: 0.5, reports.append)
+    beater.start()
+    try:
+        wait_until(lambda: len(acked) >= 3, timeout=20, message="beats acknowledged")
+        zk.pause(follower)
+        # 0.5 s, then at 1.5x each: 0.75, 1.125 (kazoo drops the link only after 2/3 T).
+        wait_until(lambda: len(reports) >= 3, timeout=5, message="the stall reported again")
+        zk.resume(follower)
+        assert reports[0] >= 0.5
+        for before, after in itertools.pairwise(reports[:3]):
+            assert after >= before * STALL_REPORT_GROWTH, f"reported at {reports}"
+    finally:
+        beater.stop()
         zk.resume(follower)
         client.stop()
         client.close()

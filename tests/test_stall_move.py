@@ -114,6 +114,56 @@ def test_a_stall_probes_for_half_its_wait_and_an_ack_since_the_report_calls_the_
     assert unless(), "our beat answered while the probe ran: our server is no slower"
 
 
+def test_a_report_while_a_probe_runs_is_probed_after_it_with_the_stall_grown() -> None:
+    """The beater reports a stall again as it grows, about when a refused probe ends: the
+    report must be probed then (with the wait it has grown to), not dropped as busy."""
+    clock = FakeClock()
+    deadlines: list[float] = []
+    release, entered = threading.Event(), threading.Event()
+    done = threading.Event()
+
+    def move(why: str, *, probe_timeout: float, unless: Callable[[], bool]) -> Move | None:
+        deadlines.append(probe_timeout)
+        entered.set()
+        if len(deadlines) == 1:
+            release.wait(5)  # the first probe is still running
+        else:
+            done.set()
+        return None
+
+    stalls = StallMove(StallRule(floor=1.0, ceiling=5.0, clock=clock), move, clock=clock)
+    stalls.stalled(2.0)
+    assert entered.wait(5)
+    clock.now += 0.5
+    stalls.stalled(3.0)  # while the first probe runs
+    clock.now += 0.5  # the first probe ends 0.5 s after that report
+    release.set()
+    assert done.wait(5), "the report made while busy was dropped"
+    assert deadlines == [pytest.approx(1.0), pytest.approx(1.75)], "3.0 s grown by 0.5 s, halved"
+
+
+def test_a_report_while_a_probe_runs_is_dropped_once_a_beat_is_answered() -> None:
+    clock = FakeClock()
+    calls: list[float] = []
+    release, entered = threading.Event(), threading.Event()
+
+    def move(why: str, *, probe_timeout: float, unless: Callable[[], bool]) -> Move | None:
+        calls.append(probe_timeout)
+        entered.set()
+        release.wait(5)
+        return None
+
+    stalls = StallMove(StallRule(floor=1.0, ceiling=5.0, clock=clock), move, clock=clock)
+    stalls.stalled(2.0)
+    assert entered.wait(5)
+    stalls.stalled(3.0)
+    clock.now += 0.2
+    stalls.beat_acked(BeatAck(sent=clock.now - 3.2, acked=clock.now, lease=0.4))
+    release.set()
+    wait_until(lambda: not stalls.busy(), timeout=5, message="the mover idle again")
+    assert calls == [pytest.approx(1.0)], "a stall already answered is probed no more"
+
+
 # -- real ensembles ------------------------------------------------------------------------
 
 

@@ -21,7 +21,10 @@ rules keep the move for a server slower than the rest:
   server answered: ours was no slower.
 
 The move runs on a thread of its own: the beater's loop, which reports the stall, goes on
-settling replies meanwhile, and those are what may call the move off.
+settling replies meanwhile, and those are what may call the move off. A stall that goes on
+is reported again as it grows (``leader.heartbeat.STALL_REPORT_GROWTH``), so a probe refused
+while the other servers were slow too is asked again with the longer wait; a report made
+while a probe runs is probed after it, not dropped.
 """
 
 from __future__ import annotations
@@ -109,15 +112,24 @@ class StallMove:
         self._clock = clock
         self._guard = threading.Lock()
         self._busy = False
+        self._pending: tuple[float, float] | None = None  # (seconds, reported) while busy
 
     def beat_acked(self, ack: BeatAck) -> None:
         self.rule.beat_acked(ack.sent, ack.acked)
 
+    def busy(self) -> bool:
+        """A probe (or the move after it) is running."""
+        with self._guard:
+            return self._busy
+
     def stalled(self, seconds: float) -> None:
-        """The beater's report (its own thread): probe and move on a thread of ours."""
+        """The beater's report (its own thread): probe and move on a thread of ours. A
+        report while a probe runs is kept (the latest) and probed after it: the beater
+        reports a stall again as it grows, about when a refused probe ends."""
         reported = self._clock()
         with self._guard:
             if self._busy:
+                self._pending = (seconds, reported)
                 return
             self._busy = True
         threading.Thread(
@@ -125,17 +137,22 @@ class StallMove:
         ).start()
 
     def _probe_and_move(self, seconds: float, reported: float) -> None:
-        try:
-            self._move(
-                f"our beat unanswered for {seconds:.1f}s",
-                probe_timeout=self.rule.probe_deadline(seconds),
-                unless=lambda: self.rule.acked_since(reported),
-            )
-        except Exception:  # a failed move must not end the next one
-            log.exception("moving off a ZooKeeper server that holds our beats failed")
-        finally:
+        while True:
+            try:
+                self._move(
+                    f"our beat unanswered for {seconds:.1f}s",
+                    probe_timeout=self.rule.probe_deadline(seconds),
+                    unless=lambda since=reported: self.rule.acked_since(since),
+                )
+            except Exception:  # a failed move must not end the next one
+                log.exception("moving off a ZooKeeper server that holds our beats failed")
             with self._guard:
-                self._busy = False
+                pending, self._pending = self._pending, None
+                if pending is None or self.rule.acked_since(pending[1]):
+                    self._busy = False
+                    return
+            # The stall went on while we probed: it is older now than when reported.
+            seconds, reported = pending[0] + self._clock() - pending[1], pending[1]
 
 
 class BeatEvents(Protocol):
