@@ -9,6 +9,7 @@ import itertools
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
@@ -21,6 +22,17 @@ from leader.heartbeat import STALL_REPORT_GROWTH, Beater
 from tests.waiting import wait_until
 
 
+def queued_beater(client: KazooClient, prefix: str, on_lock_gone: Callable[[], None]) -> Beater:
+    """A beater for a lock node of its own in a fresh queue (0.2 s beats, T = 10 s)."""
+    paths = Paths(f"{prefix}-{uuid.uuid4().hex[:8]}")
+    ensure_folders(client, paths.folders())
+    lock_node = client.create(f"{paths.leader_lock}/r1__lock__", ephemeral=True, sequence=True)
+    return Beater(
+        client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
+        timeout=10.0, on_lock_gone=lambda _node: on_lock_gone(),
+    )  # fmt: skip
+
+
 def test_a_beat_held_by_a_frozen_server_moves_the_replica_and_it_beats_again(
     healthy_ensemble: ZooKeeperCluster,
 ) -> None:
@@ -30,17 +42,11 @@ def test_a_beat_held_by_a_frozen_server_moves_the_replica_and_it_beats_again(
     hosts = ",".join(zk.node_connect_string(i) for i in [follower, *others])
     client = KazooClient(hosts=hosts, timeout=10.0, randomize_hosts=False)
     client.start(timeout=30)
-    paths = Paths(f"/stall-{uuid.uuid4().hex[:8]}")
-    ensure_folders(client, paths.folders())
-    lock_node = client.create(f"{paths.leader_lock}/r1__lock__", ephemeral=True, sequence=True)
     acked: list[float] = []
     moves: list[Move] = []
     mover = ServerMover(client, min_interval=2.0, quarantine=30.0, on_move=moves.append)
     gone = threading.Event()
-    beater = Beater(
-        client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
-        timeout=10.0, on_lock_gone=lambda _node: gone.set(),
-    )  # fmt: skip
+    beater = queued_beater(client, "/stall", on_lock_gone=gone.set)
     beater.add_listener(lambda ack: acked.append(ack.sent))
     beater.on_stall(lambda: 1.0, lambda stalled: mover.move(f"planted: beat held {stalled:.1f}s"))
     session = client.client_id[0]
@@ -78,15 +84,9 @@ def test_a_stall_that_goes_on_is_reported_again_as_it_grows(
     follower = next(i for i in range(zk.size) if zk.node_mode(i) == "follower")
     client = KazooClient(hosts=zk.node_connect_string(follower), timeout=10.0)
     client.start(timeout=30)
-    paths = Paths(f"/stall-again-{uuid.uuid4().hex[:8]}")
-    ensure_folders(client, paths.folders())
-    lock_node = client.create(f"{paths.leader_lock}/r1__lock__", ephemeral=True, sequence=True)
     acked: list[float] = []
     reports: list[float] = []
-    beater = Beater(
-        client, paths, "r1", own_node=lambda: lock_node, lease=Lease(0.8), interval=0.2,
-        timeout=10.0, on_lock_gone=lambda _node: None,
-    )  # fmt: skip
+    beater = queued_beater(client, "/stall-again", on_lock_gone=lambda: None)
     beater.add_listener(lambda ack: acked.append(ack.sent))
     beater.on_stall(lambda: 0.5, reports.append)
     beater.start()
