@@ -137,6 +137,14 @@ class StallMove:
         ).start()
 
     def _probe_and_move(self, seconds: float, reported: float) -> None:
+        try:
+            self._probe_until_answered(seconds, reported)
+        except BaseException:  # never leave the mover busy for good: no move would follow
+            with self._guard:
+                self._busy, self._pending = False, None
+            raise
+
+    def _probe_until_answered(self, seconds: float, reported: float) -> None:
         while True:
             try:
                 self._move(
