@@ -143,6 +143,21 @@ def test_table_cells_and_ratio_row(peers: Any) -> None:
     assert peers.format_cell([1.0]) == "1.000"
 
 
+def test_millisecond_figures_keep_their_ratio(peers: Any) -> None:
+    # A graceful handover takes a few milliseconds: medians rounded to the millisecond
+    # (0.0045 -> 0.005 s, 0.0030 -> 0.003 s) made a 1.50 ratio print as 1.667.
+    figures = {
+        "this": {"graceful": [0.0044, 0.0045, 0.0046]},
+        "kazoo": {"graceful": [0.0029, 0.0030, 0.0031]},
+    }
+    rows = peers.result_json(20.0, figures)["rows"]
+    assert rows["this"]["graceful"] == 0.0045 and rows["kazoo"]["graceful"] == 0.003
+    lines = peers.results_table(figures, ("graceful",)).splitlines()
+    assert "0.0045 (0.0044-0.0046)" in next(line for line in lines if line.startswith("this "))
+    ratio = next(line for line in lines if line.startswith("this / best peer"))
+    assert "1.500 (kazoo)" in ratio
+
+
 # -- the slow-disk column: the leaderless fraction of poll rounds --------------------------
 
 
