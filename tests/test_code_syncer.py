@@ -119,7 +119,7 @@ def test_the_code_missing_duty_never_undoes_a_kill_it_has_not_seen_yet(
     zk_client: KazooClient, tmp_path: Path
 ) -> None:
     from code_sync.duty import CodeMissingDuty
-    from tests.test_scheduler import lead
+    from tests.test_scheduler_duty import lead
 
     lock, writer = lead(zk_client, "leader:1")
     try:
@@ -150,7 +150,7 @@ def test_a_deactivated_topology_whose_code_comes_back_stays_deactivated(
     zk_client: KazooClient, tmp_path: Path
 ) -> None:
     from code_sync.duty import CodeMissingDuty
-    from tests.test_scheduler import lead
+    from tests.test_scheduler_duty import lead
 
     lock, writer = lead(zk_client, "leader:1")
     storms = RecordCache(zk_client, PATHS.storms, records.StormBase.FromString)

@@ -10,7 +10,7 @@ from fencing.error_log import ERRORS_KEPT
 from nimbus.duties.failure_log import COMPONENT, FailureLog
 from pipeline.failures import one_line
 from tests.replica_fixtures import ROOT
-from tests.test_scheduler import lead
+from tests.test_scheduler_duty import lead
 
 PATHS = Paths(ROOT)
 Beat = tuple[str, str, records.WorkerHeartbeat]

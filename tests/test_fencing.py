@@ -406,3 +406,14 @@ def test_a_last_term_in_another_queue_does_not_block_taking_office(
     lock.release()
     _, again = _lead(zk_client, "b:2")
     assert again.epoch == token.epoch + 1
+
+
+def test_membership_writes_only_its_own_persistent_nodes(zk_client: KazooClient) -> None:
+    mine = Membership(zk_client, "sup-a", timeout=5)
+    mine.put("/beats/t/sup-a-0", b"1")
+    mine.put("/beats/t/sup-a-0", b"2")
+    assert zk_client.get("/beats/t/sup-a-0")[0] == b"2"
+    with pytest.raises(MembershipError):
+        mine.put("/beats/t/sup-a-b-0", b"x")
+    assert mine.remove("/beats/t/sup-a-0") is True
+    assert mine.remove("/beats/t/sup-a-0") is False

@@ -24,7 +24,8 @@ from nimbus.client import NimbusClient
 from nimbus.duties.handover import Handover, StepAside, lock_queue
 from tests.cluster import REPO, Replica, wait_for_agreed_leader
 from tests.replica_fixtures import Spawn, package, submit
-from tests.test_scheduler import PATHS, lead
+from tests.test_scheduler import PATHS
+from tests.test_scheduler_duty import lead
 from tests.waiting import wait_until
 
 

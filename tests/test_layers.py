@@ -294,3 +294,34 @@ def test_every_package_says_its_job_and_what_it_may_import() -> None:
         tree = ast.parse((REPO / package / "__init__.py").read_text(encoding="utf-8"))
         doc = ast.get_docstring(tree)
         assert doc and "import" in doc, f"{package}/__init__.py: no docstring naming its imports"
+
+
+#: Modules of one purpose (the developers' guide): no Python file of ours over this.
+MODULE_MAX_LINES = 450
+
+
+def oversized(paths: list[Path], limit: int = MODULE_MAX_LINES) -> list[str]:
+    """``path: lines`` of each file longer than ``limit`` lines."""
+    sizes = ((p, len(p.read_text(encoding="utf-8").splitlines())) for p in paths)
+    return [
+        f"{p.relative_to(REPO) if p.is_relative_to(REPO) else p}: {n}"
+        for p, n in sizes
+        if n > limit
+    ]
+
+
+def our_python_files() -> list[Path]:
+    """Every Python file git tracks, but the protobuf compiler's output."""
+    names = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [REPO / n for n in names if not n.endswith(("_pb2.py", "_pb2_grpc.py"))]
+
+
+def test_no_module_is_over_its_budget(tmp_path: Path) -> None:
+    files = our_python_files()
+    assert len(files) > 100 and REPO / "leader" / "term.py" in files
+    assert oversized(files) == []
+    planted = tmp_path / "big.py"  # the check can fail: one line over is named
+    planted.write_text("x = 1\n" * (MODULE_MAX_LINES + 1))
+    assert oversized([planted]) == [f"{planted}: {MODULE_MAX_LINES + 1}"]

@@ -7,7 +7,8 @@ from kazoo.client import KazooClient
 from cluster.api import records
 from fencing import FencedWriter
 from nimbus.duties.lifecycle import LifecycleDuty
-from tests.test_scheduler import DIGEST, PATHS, lead
+from tests.test_scheduler import DIGEST, PATHS
+from tests.test_scheduler_duty import lead
 
 NOW_MS = 10**13  # every kill below is long due
 

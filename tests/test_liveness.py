@@ -127,7 +127,7 @@ def test_after_a_disconnect_shorter_than_t_the_same_leader_schedules_at_once(
     resumes, and a topology submitted right after is scheduled onto a real supervisor
     (duties paused by the lapse carry on; none quit for the rest of the term)."""
     from devtools.faultproxy import FaultProxy
-    from tests.test_scheduler import SupervisorProc
+    from tests.test_scheduler_duty import SupervisorProc
 
     session = 4.0
     first = zk_hosts.split(",")[0].split("/")[0]

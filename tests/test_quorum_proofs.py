@@ -24,7 +24,8 @@ from cluster.paths import worker_name
 from fencing import FencedWriter
 from nimbus.duties.scheduler import SchedulerDuty
 from nimbus.duties.sweeper import sweep
-from tests.test_scheduler import PATHS, add_topology, lead, placements, sup
+from tests.test_scheduler import PATHS, sup
+from tests.test_scheduler_duty import add_topology, lead, placements
 
 
 class DisagreeingServer:

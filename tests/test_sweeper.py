@@ -6,7 +6,8 @@ from kazoo.client import KazooClient
 
 from cluster.api import records
 from nimbus.duties.sweeper import IN_FLIGHT_GRACE_MS, orphan_trees, resurrected_attempts, sweep
-from tests.test_scheduler import PATHS, lead
+from tests.test_scheduler import PATHS
+from tests.test_scheduler_duty import lead
 
 
 def test_orphan_trees_are_removed_and_live_ones_kept(zk_client: KazooClient) -> None:
